@@ -1,0 +1,31 @@
+"""Aggregation rules for model updates: one rule per module, all validated the same way.
+
+`aggregate(rule, updates)` is what server workflows call; the rules themselves are plain functions on numpy
+arrays so they can be unit-tested and reused without FLARE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from server_app.aggregation.median import coordinate_median
+from server_app.aggregation.trimmed_mean import trimmed_mean
+from server_app.aggregation.updates import Params, SiteUpdate, UpdateRejected, check_updates
+from server_app.aggregation.weighted_mean import weighted_mean
+
+RULES: dict[str, Callable[..., Params]] = {
+    "weighted_mean": weighted_mean,
+    "median": coordinate_median,
+    "trimmed_mean": trimmed_mean,
+}
+
+
+def aggregate(rule: str, updates: Sequence[SiteUpdate], reference: Params | None = None, **options: float) -> Params:
+    """Validate `updates` (against `reference` when given) and combine them with the named rule."""
+    if rule not in RULES:
+        raise ValueError(f"unknown aggregation rule {rule!r}; choose one of {sorted(RULES)}")
+    check_updates(updates, reference)
+    return RULES[rule](updates, **options)
+
+
+__all__ = ["RULES", "Params", "SiteUpdate", "UpdateRejected", "aggregate", "check_updates"]

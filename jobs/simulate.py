@@ -1,0 +1,57 @@
+"""Run an exported job folder in FLARE's simulator under the same policy a provisioned site enforces.
+
+The simulator copies `<workspace>/local/` to every simulated site and the server, so the union of the site and
+server allow-lists goes there (enforced), with one `site_agent.json` whose dataset paths use `{site_name}`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from provisioning.policy import server_allow_list, site_allow_list
+from site_agent.site_config import CONFIG_FILE
+
+
+@dataclass(frozen=True)
+class SimulationRun:
+    returncode: int
+    workspace: Path
+
+    @property
+    def server_app_dir(self) -> Path:
+        return self.workspace / "server" / "simulate_job" / "app_server"
+
+    @property
+    def server_log(self) -> Path:
+        return self.workspace / "server" / "simulate_job" / "log.txt"
+
+    def aborted(self) -> bool:
+        """FLARE's simulator can exit 0 after an abort: look for it in the server log."""
+        log = self.server_log.read_text(errors="replace") if self.server_log.exists() else ""
+        return self.returncode != 0 or "Abort signal" in log or "panic" in log.lower()
+
+
+def write_simulation_policy(workspace: Path, datasets: dict[str, str], device: str = "auto") -> None:
+    local = Path(workspace) / "local"
+    local.mkdir(parents=True, exist_ok=True)
+    resources = {
+        "format_version": 2,
+        "class_list_enforcement_mode": "enforce",
+        "class_allow_list": sorted(set(site_allow_list()) | set(server_allow_list())),
+    }
+    (local / "resources.json").write_text(json.dumps(resources, indent=2))
+    (local / CONFIG_FILE).write_text(json.dumps({"datasets": datasets, "device": device}, indent=2))
+
+
+def simulate(job_dir: Path, workspace: Path, sites: list[str], datasets: dict[str, str], timeout: float | None = None) -> SimulationRun:
+    """Run `job_dir` with simulated `sites`; `datasets` maps dataset keys to folders (may contain `{site_name}`)."""
+    workspace = Path(workspace).resolve()
+    write_simulation_policy(workspace, datasets)
+    command = [sys.executable, "-m", "nvflare.private.fed.app.simulator.simulator", str(job_dir), "-w", str(workspace),
+               "-c", ",".join(sites), "-n", str(len(sites)), "-t", str(len(sites))]
+    completed = subprocess.run(command, timeout=timeout, check=False)
+    return SimulationRun(completed.returncode, workspace)

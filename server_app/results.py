@@ -1,0 +1,45 @@
+"""What the admin downloads from a job: `results.json` (per-round record) and `global_model.pt` in the server app folder.
+
+`global_model.pt` is a plain `state_dict` of tensors, loadable with `torch.load(path, weights_only=True)`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+RESULTS_FILE = "results.json"
+GLOBAL_MODEL_FILE = "global_model.pt"
+
+
+class RunRecorder:
+    """Accumulates the job's record and rewrites it after every round, so a stopped job still leaves its history."""
+
+    def __init__(self, out_dir: Path, job: Mapping[str, Any]):
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.record: dict[str, Any] = {"job": dict(job), "rounds": [], "status": "running"}
+
+    def add_round(self, entry: Mapping[str, Any]) -> None:
+        self.record["rounds"].append(dict(entry))
+        self._write()
+
+    def finish(self, status: str, **extra: Any) -> None:
+        self.record["status"] = status
+        self.record.update(extra)
+        self._write()
+
+    def save_model(self, params: Mapping[str, np.ndarray], file_name: str = GLOBAL_MODEL_FILE) -> Path:
+        path = self.out_dir / file_name
+        torch.save({k: torch.as_tensor(np.asarray(v)) for k, v in params.items()}, path)
+        return path
+
+    def _write(self) -> None:
+        tmp = self.out_dir / (RESULTS_FILE + ".tmp")
+        tmp.write_text(json.dumps(self.record, indent=2))
+        tmp.replace(self.out_dir / RESULTS_FILE)

@@ -1,0 +1,165 @@
+"""`site-agent check`: site IT's preflight. Every check prints one row; any FAIL exits non-zero with the fix."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from site_agent import __version__
+from site_agent.kit import EXPIRY_WARNING_DAYS, KitError, SiteKit, verify_certificate_chain
+from site_agent.site_config import SiteConfig, SiteConfigError
+
+MIN_FREE_GIB = 2.0
+WARN_FREE_GIB = 20.0
+GUARD_PATH = "site_agent.site_guard.SiteGuard"
+
+OK, WARN, FAIL = "OK", "WARN", "FAIL"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+def check_certificate(kit: SiteKit) -> CheckResult:
+    try:
+        report = verify_certificate_chain(kit.certificate, kit.private_key, kit.root_ca)
+    except KitError as exc:
+        return CheckResult("certificate", FAIL, str(exc), "ask the federation lead for this site's startup kit")
+    detail = f"{report.subject} issued by {report.issuer}, valid until {report.not_after:%Y-%m-%d} ({report.days_left} days)"
+    if report.days_left < EXPIRY_WARNING_DAYS:
+        return CheckResult("certificate", WARN, detail, "ask the federation lead to re-provision before it expires")
+    return CheckResult("certificate", OK, detail)
+
+
+def check_server(kit: SiteKit, timeout: float = 5.0) -> CheckResult:
+    """Mutual-TLS handshake with the server: proves reachability, the server's chain and that it accepts our cert."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(kit.root_ca))
+    context.check_hostname = False  # FLARE names the server by its provisioned identity, checked below
+    context.load_cert_chain(str(kit.certificate), str(kit.private_key))
+    where = f"{kit.server_host}:{kit.server_port}"
+    try:
+        with socket.create_connection((kit.server_host, kit.server_port), timeout=timeout) as sock:
+            with context.wrap_socket(sock) as tls:
+                peer = tls.getpeercert() or {}
+    except ssl.SSLError as exc:
+        return CheckResult("server", FAIL, f"TLS handshake with {where} failed: {exc.reason or exc}",
+                           "the server was provisioned by another project or the kit is not this federation's")
+    except OSError as exc:
+        return CheckResult("server", FAIL, f"cannot reach {where}: {exc}",
+                           "check that the server runs, the address resolves and the firewall allows the port")
+    names = [value for rdn in peer.get("subject", ()) for key, value in rdn if key == "commonName"]
+    if kit.server_identity not in names:
+        return CheckResult("server", FAIL, f"{where} presents certificate {names}, expected {kit.server_identity!r}",
+                           "the address points to another server; check DNS / the kit")
+    return CheckResult("server", OK, f"{where} answered mutual TLS as {kit.server_identity}")
+
+
+def check_policy(kit: SiteKit) -> CheckResult:
+    path = kit.root / "local" / "resources.json"
+    if not path.is_file():
+        return CheckResult("site policy", FAIL, f"{path} missing", "provision the kit with `fl-provision` (it writes the policy)")
+    resources = json.loads(path.read_text())
+    problems = []
+    if resources.get("class_list_enforcement_mode") != "enforce":
+        problems.append("class allow-list is not in enforce mode")
+    if any(not entry.count(".") or entry.endswith((".", "*")) for entry in resources.get("class_allow_list", [])):
+        problems.append("allow-list has package prefixes instead of exact classes")
+    if not any(c.get("path") == GUARD_PATH for c in resources.get("components", [])):
+        problems.append("site guard is not configured")
+    if (kit.root / "local" / "custom").exists():
+        problems.append(f"{kit.root / 'local' / 'custom'} exists (FLARE puts it first on the Python path)")
+    if problems:
+        return CheckResult("site policy", FAIL, f"{path}: " + "; ".join(problems), "re-provision, or remove local/custom")
+    return CheckResult("site policy", OK, f"allow-list enforced ({len(resources['class_allow_list'])} classes), site guard on")
+
+
+def check_data(kit: SiteKit) -> CheckResult:
+    try:
+        config = SiteConfig.for_kit(kit.root)
+        if not config.datasets:
+            return CheckResult("data", FAIL, f"{config.path}: no datasets configured", 'add "datasets": {"name": "/path"}')
+        folders = {name: config.data_dir(name, kit.site_name) for name in config.datasets}
+    except SiteConfigError as exc:
+        return CheckResult("data", FAIL, str(exc), "edit the site configuration (docs/site-it-guide.md)")
+    empty = [f"{name} ({path})" for name, path in folders.items() if not any(path.iterdir())]
+    if empty:
+        return CheckResult("data", FAIL, f"empty data folders: {', '.join(empty)}", "copy or generate the site's data there")
+    return CheckResult("data", OK, ", ".join(f"{name}: {path}" for name, path in folders.items()))
+
+
+def check_device(kit: SiteKit) -> CheckResult:
+    import torch
+
+    from site_agent.device import describe_device, select_device
+
+    try:
+        preference = SiteConfig.for_kit(kit.root).device
+    except SiteConfigError:
+        preference = "auto"
+    try:
+        device = select_device(preference)
+    except RuntimeError as exc:
+        return CheckResult("device", FAIL, str(exc), 'set "device": "auto" or install a CUDA build of torch')
+    status = OK if device.type == "cuda" or not torch.cuda.is_available() else WARN
+    return CheckResult("device", status, f"{describe_device(device)}, torch {torch.__version__}")
+
+
+def check_disk(kit: SiteKit) -> CheckResult:
+    free_gib = shutil.disk_usage(kit.root).free / 2**30
+    detail = f"{free_gib:.1f} GiB free under {kit.root}"
+    if free_gib < MIN_FREE_GIB:
+        return CheckResult("disk", FAIL, detail, f"free at least {MIN_FREE_GIB:.0f} GiB for job workspaces and checkpoints")
+    if free_gib < WARN_FREE_GIB:
+        return CheckResult("disk", WARN, detail, "segmentation checkpoints and logs need several GiB")
+    return CheckResult("disk", OK, detail)
+
+
+CHECKS: tuple[Callable[[SiteKit], CheckResult], ...] = (check_certificate, check_policy, check_server, check_data, check_device, check_disk)
+
+
+def run_checks(kit_dir: Path, skip_server: bool = False) -> list[CheckResult]:
+    try:
+        kit = SiteKit.open(kit_dir)
+    except KitError as exc:
+        return [CheckResult("startup kit", FAIL, str(exc), "point --kit at the unpacked startup kit")]
+    results = [CheckResult("startup kit", OK, f"site {kit.site_name}, server {kit.server_host}:{kit.server_port}, agent {__version__}")]
+    for check in CHECKS:
+        if skip_server and check is check_server:
+            continue
+        results.append(check(kit))
+    return results
+
+
+def format_table(results: list[CheckResult]) -> str:
+    width = max(len(r.name) for r in results)
+    lines = [f"{'CHECK'.ljust(width)}  STATUS  DETAIL"]
+    lines += [f"{r.name.ljust(width)}  {r.status.ljust(6)}  {r.detail}" for r in results]
+    fixes = [f"  {r.name}: {r.fix}" for r in results if r.status != OK and r.fix]
+    if fixes:
+        lines += ["", "To fix:"] + fixes
+    return "\n".join(lines)
+
+
+def _run(args: argparse.Namespace) -> int:
+    results = run_checks(Path(args.kit), skip_server=args.skip_server)
+    print(format_table(results))
+    failed = [r.name for r in results if r.status == FAIL]
+    print(f"\n{'FAILED: ' + ', '.join(failed) if failed else 'all checks passed'}")
+    return 1 if failed else 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("check", help="preflight: startup kit, certificates, server, data, device, disk")
+    parser.add_argument("--kit", required=True, help="folder of this site's startup kit")
+    parser.add_argument("--skip-server", action="store_true", help="do not contact the server (e.g. before it runs)")
+    parser.set_defaults(func=_run)
