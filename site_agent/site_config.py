@@ -66,3 +66,13 @@ class SiteConfig:
         if not folder.is_dir():
             raise SiteConfigError(f'{self.path}: dataset "{dataset}" points to {folder}, which is not a folder')
         return folder
+
+
+def write_site_config(kit_dir: Path, datasets: dict[str, str], device: str = "auto") -> Path:
+    """Write `<kit>/local/site_agent.json` (what `site-agent configure` does for site IT)."""
+    if device not in DEVICES:
+        raise SiteConfigError(f"device {device!r} is not one of {list(DEVICES)}")
+    path = Path(kit_dir) / "local" / CONFIG_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"datasets": datasets, "device": device}, indent=2) + "\n")
+    return path

@@ -1,0 +1,143 @@
+"""Run a provisioned federation's server and sites as local processes (demo, tests, a lead's dry run).
+
+Processes are started the way the kits' `sub_start.sh` starts them, minus its restart loop and 5 s sleep, each in
+its own process group with its log in the kit. `stop()` shuts the system down through the FLARE API, then
+terminates every process we started and all their descendants (job workers) by PID, so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import yaml
+
+from provisioning.provision import Federation
+
+SERVER_MODULE = "nvflare.private.fed.app.server.server_train"
+CLIENT_MODULE = "nvflare.private.fed.app.client.client_train"
+
+
+@dataclass
+class Participant:
+    name: str
+    kit: Path
+    process: subprocess.Popen
+    log_path: Path
+
+
+def _org_of(federation: Federation, name: str) -> str:
+    project = yaml.safe_load((federation.kits_dir.parent.parent / "project.yml").read_text())
+    return next(p["org"] for p in project["participants"] if p["name"] == name)
+
+
+class LoopbackFederation:
+    def __init__(self, federation: Federation, python: str = sys.executable):
+        self.federation = federation
+        self.python = python
+        self.participants: dict[str, Participant] = {}
+
+    def _start(self, name: str, kit: Path, module: str, config: str, extra: list[str]) -> Participant:
+        log_path = kit / "process.log"
+        log = log_path.open("ab")
+        command = [self.python, "-u", "-m", module, "-m", str(kit), "-s", config,
+                   "--set", "secure_train=true", f"org={_org_of(self.federation, name)}", "config_folder=config", *extra]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        process = subprocess.Popen(command, cwd=kit, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        log.close()
+        participant = Participant(name, kit, process, log_path)
+        self.participants[name] = participant
+        return participant
+
+    def start_server(self) -> Participant:
+        name = self.federation.server
+        return self._start(name, self.federation.kit(name), SERVER_MODULE, "fed_server.json", [])
+
+    def start_site(self, name: str, kit: Path | None = None, org: str | None = None) -> Participant:
+        """Start a site from its kit (another kit may be given, e.g. to test a foreign certificate)."""
+        return self._start(name, kit or self.federation.kit(name), CLIENT_MODULE, "fed_client.json", [f"uid={name}"])
+
+    def session(self, admin: str, timeout: float = 30.0):
+        from nvflare.fuel.flare_api.flare_api import new_secure_session
+
+        return new_secure_session(admin, str(self.federation.kit(admin)), timeout=timeout)
+
+    def wait_for_sites(self, admin: str, sites: list[str], timeout: float = 60.0) -> None:
+        """Wait until the server lists every site as connected; raise naming the missing ones."""
+        deadline = time.monotonic() + timeout
+        session = self.session(admin, timeout=timeout)
+        try:
+            connected: set[str] = set()
+            while time.monotonic() < deadline:
+                connected = {c.name for c in session.get_connected_client_list()}
+                if set(sites) <= connected:
+                    return
+                self._raise_if_exited()
+                time.sleep(1.0)
+        finally:
+            session.close()
+        raise TimeoutError(f"sites {sorted(set(sites) - connected)} did not register with the server within {timeout:.0f} s; "
+                           "see process.log in their kits and run `site-agent check --kit KIT`")
+
+    def _raise_if_exited(self) -> None:
+        for p in self.participants.values():
+            if p.process.poll() is not None:
+                raise RuntimeError(f"{p.name} exited with code {p.process.returncode}; see {p.log_path}")
+
+    def _process_tree(self, name: str) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(self.participants[name].process.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self, admin: str | None = None, grace: float = 20.0) -> None:
+        """Shut down via the FLARE API when possible, then make sure every process we started is gone."""
+        trees = {name: self._process_tree(name) for name in self.participants}
+        if admin and any(p.process.poll() is None for p in self.participants.values()):
+            try:
+                session = self.session(admin, timeout=5.0)
+                try:
+                    session.shutdown("all", wait=False)
+                finally:
+                    session.close()
+                psutil.wait_procs([proc for tree in trees.values() for proc in tree], timeout=grace)
+            except Exception:  # the system may be half up; the kill below still cleans up
+                pass
+        for name, tree in trees.items():
+            self.stop_participant(name, tree)
+
+    def stop_participant(self, name: str, processes: list[psutil.Process] | None = None, grace: float = 5.0) -> None:
+        """Terminate one participant and all its descendants by PID (SIGTERM, then SIGKILL after `grace`)."""
+        participant = self.participants[name]
+        processes = processes if processes is not None else self._process_tree(name)
+        try:
+            os.killpg(participant.process.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for proc in processes:
+            try:
+                proc.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(processes, timeout=grace)
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=5.0)
+        participant.process.wait(timeout=5.0)
+
+    def __enter__(self) -> LoopbackFederation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        admins = list(self.federation.admins)
+        self.stop(admins[0] if admins else None)
