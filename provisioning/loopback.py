@@ -8,6 +8,7 @@ terminates every process we started and all their descendants (job workers) by P
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,8 +34,9 @@ class Participant:
 
 
 def _org_of(federation: Federation, name: str) -> str:
+    """The participant's org from the provisioned project.yml (a kit from elsewhere gets its own name as org)."""
     project = yaml.safe_load((federation.kits_dir.parent.parent / "project.yml").read_text())
-    return next(p["org"] for p in project["participants"] if p["name"] == name)
+    return next((p["org"] for p in project["participants"] if p["name"] == name), re.sub(r"\W", "_", name))
 
 
 class LoopbackFederation:
@@ -44,6 +46,8 @@ class LoopbackFederation:
         self.participants: dict[str, Participant] = {}
 
     def _start(self, name: str, kit: Path, module: str, config: str, extra: list[str]) -> Participant:
+        if name in self.participants and self.participants[name].process.poll() is None:
+            raise RuntimeError(f"{name} is already running (pid {self.participants[name].process.pid})")
         log_path = kit / "process.log"
         log = log_path.open("ab")
         command = [self.python, "-u", "-m", module, "-m", str(kit), "-s", config,
@@ -59,7 +63,7 @@ class LoopbackFederation:
         name = self.federation.server
         return self._start(name, self.federation.kit(name), SERVER_MODULE, "fed_server.json", [])
 
-    def start_site(self, name: str, kit: Path | None = None, org: str | None = None) -> Participant:
+    def start_site(self, name: str, kit: Path | None = None) -> Participant:
         """Start a site from its kit (another kit may be given, e.g. to test a foreign certificate)."""
         return self._start(name, kit or self.federation.kit(name), CLIENT_MODULE, "fed_client.json", [f"uid={name}"])
 

@@ -1,0 +1,211 @@
+"""ISIC-2019 site reading: official CSV formats, class subsets, FLamby centres, and every bad row reported."""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from site_agent.data.isic import (
+    GROUND_TRUTH_CSV,
+    IMAGE_FOLDER,
+    ISIC_CLASSES,
+    METADATA_CSV,
+    PLAYERFL_CLASSES,
+    TRAINING_CLASSES,
+    IsicImageReader,
+    flamby_center,
+    read_isic_site,
+)
+from site_agent.data.reader import DataError
+from site_agent.data.synthetic_isic import write_isic_site
+
+
+def _site(tmp_path: Path, classes=PLAYERFL_CLASSES, n_images: int = 20, site_index: int = 1) -> Path:
+    return write_isic_site(tmp_path / "site", site_index, n_sites=3, n_images=n_images, classes=classes, size=32, seed=5)
+
+
+def _truth(site: Path) -> list[dict[str, str]]:
+    with (site / GROUND_TRUTH_CSV).open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _rewrite_truth(site: Path, rows: list[dict[str, str]]) -> None:
+    with (site / GROUND_TRUTH_CSV).open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["image", *ISIC_CLASSES])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_site_reads_back_labels_paths_and_lesion_ids(tmp_path):
+    # Prepare
+    site = _site(tmp_path)
+    rows = _truth(site)
+
+    # Execute
+    records = read_isic_site(site, PLAYERFL_CLASSES, check_images=True)
+
+    # Assert
+    assert [r.image for r in records] == [row["image"] for row in rows]
+    for record, row in zip(records, rows):
+        assert row[record.diagnosis] == "1.0" and PLAYERFL_CLASSES[record.label] == record.diagnosis
+        assert record.path.is_file() and record.path.parent.name == IMAGE_FOLDER
+    assert any(r.path.name.endswith("_downsampled.jpg") for r in records)
+    assert records[0].lesion_id == "SITE1_0000000"
+
+
+def test_class_subset_reindexes_and_leaves_out_other_classes_with_a_count(tmp_path, caplog):
+    # Prepare
+    site = _site(tmp_path, classes=TRAINING_CLASSES, n_images=40)
+    rows = _truth(site)
+    in_subset = [row for row in rows if any(row[c] == "1.0" for c in ("MEL", "NV"))]
+
+    # Execute
+    with caplog.at_level(logging.INFO, logger="site_agent.data.isic"):
+        records = read_isic_site(site, ("NV", "MEL"))
+
+    # Assert
+    assert len(records) == len(in_subset) > 0
+    assert all((r.label, r.diagnosis) in {(0, "NV"), (1, "MEL")} for r in records)
+    assert f"left out {len(rows) - len(in_subset)} rows" in caplog.text
+
+
+def test_missing_image_is_an_error_or_a_counted_skip(tmp_path, caplog):
+    # Prepare
+    site = _site(tmp_path)
+    records = read_isic_site(site, PLAYERFL_CLASSES)
+    records[2].path.unlink()
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        read_isic_site(site, PLAYERFL_CLASSES)
+    with caplog.at_level(logging.WARNING, logger="site_agent.data.isic"):
+        kept = read_isic_site(site, PLAYERFL_CLASSES, on_error="skip")
+
+    # Assert
+    message = str(error.value)
+    assert GROUND_TRUTH_CSV in message and "line 4" in message and records[2].image in message and "image missing" in message
+    assert "on_error='skip'" in message
+    assert len(kept) == len(records) - 1 and records[2].image not in {r.image for r in kept}
+    assert "skipped 1 of 20 rows" in caplog.text
+
+
+def test_rows_with_no_or_several_labels_are_reported(tmp_path):
+    # Prepare
+    site = _site(tmp_path)
+    rows = _truth(site)
+    for name in ISIC_CLASSES:
+        rows[0][name] = "0.0"
+    rows[1]["MEL"], rows[1]["NV"] = "1.0", "1.0"
+    _rewrite_truth(site, rows)
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        read_isic_site(site, PLAYERFL_CLASSES)
+
+    # Assert
+    message = str(error.value)
+    assert "2 of 20 rows" in message and "line 2" in message and "no label" in message
+    assert "line 3" in message and "several labels" in message
+
+
+def test_undecodable_image_is_named(tmp_path):
+    # Prepare
+    site = _site(tmp_path)
+    broken = read_isic_site(site, PLAYERFL_CLASSES)[0].path
+    broken.write_bytes(b"\xff\xd8 not a jpeg")
+
+    # Execute
+    with pytest.raises(DataError) as listing_error:
+        read_isic_site(site, PLAYERFL_CLASSES, check_images=True)
+    with pytest.raises(DataError) as load_error:
+        IsicImageReader().read(broken)
+
+    # Assert
+    assert str(broken) in str(listing_error.value) and "does not decode" in str(listing_error.value)
+    assert str(broken) in str(load_error.value)
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        ("no_csv", "file not found"),
+        ("no_column", "missing columns ['SCC']"),
+        ("bad_value", "column NV is 'yes'"),
+        ("duplicate", "listed twice"),
+    ],
+)
+def test_csv_errors_name_the_file_and_problem(tmp_path, damage, expected):
+    # Prepare
+    site = _site(tmp_path)
+    rows = _truth(site)
+    if damage == "no_csv":
+        (site / GROUND_TRUTH_CSV).unlink()
+    elif damage == "no_column":
+        text = (site / GROUND_TRUTH_CSV).read_text().replace(",SCC,", ",SCX,", 1)
+        (site / GROUND_TRUTH_CSV).write_text(text)
+    elif damage == "bad_value":
+        rows[5]["NV"] = "yes"
+        _rewrite_truth(site, rows)
+    else:
+        _rewrite_truth(site, rows + rows[:1])
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        read_isic_site(site, PLAYERFL_CLASSES)
+
+    # Assert
+    assert GROUND_TRUTH_CSV in str(error.value) and expected in str(error.value)
+
+
+def test_metadata_is_optional_but_checked_when_present(tmp_path):
+    # Prepare
+    site = _site(tmp_path)
+    (site / METADATA_CSV).write_text("image,age\nISIC_0100000,40\n")
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        read_isic_site(site, PLAYERFL_CLASSES)
+    (site / METADATA_CSV).unlink()
+    records = read_isic_site(site, PLAYERFL_CLASSES)
+
+    # Assert
+    assert METADATA_CSV in str(error.value) and "lesion_id" in str(error.value)
+    assert len(records) == 20 and all(r.lesion_id is None for r in records)
+
+
+def test_unknown_class_in_subset_is_refused(tmp_path):
+    with pytest.raises(DataError, match="unknown classes \\['MELANOMA'\\]"):
+        read_isic_site(_site(tmp_path), ("MELANOMA", "NV"))
+
+
+def test_image_reader_gives_chw_float32_at_the_requested_size(tmp_path):
+    # Prepare
+    path = read_isic_site(_site(tmp_path), PLAYERFL_CLASSES)[0].path
+
+    # Execute
+    image = IsicImageReader(size=(16, 24)).read(path)
+    native = IsicImageReader().read(path)
+
+    # Assert
+    assert image.array.shape == (3, 16, 24) and image.array.dtype == np.float32
+    assert native.array.shape == (3, 32, 32)
+    assert 0.0 <= image.array.min() and image.array.max() <= 1.0 and image.array.std() > 0.05
+
+
+@pytest.mark.parametrize(
+    ("lesion_id", "source", "centre"),
+    [("BCN_0000123", None, 0), ("HAM_0000118", "vidir_molemax", 1), ("HAM_0000118", "vidir_modern", 2),
+     ("HAM_0002730", "rosendahl", 3), ("MSK4_0011169", None, 4), ("HAM_0001466", "vienna_dias", 5)],
+)
+def test_flamby_centres(lesion_id, source, centre):
+    assert flamby_center(lesion_id, source) == centre
+
+
+@pytest.mark.parametrize(("lesion_id", "source", "expected"), [(None, None, "no lesion_id"), ("HAM_1", None, "HAM10000"), ("XYZ_1", None, "unknown prefix")])
+def test_flamby_centre_errors(lesion_id, source, expected):
+    with pytest.raises(DataError, match=expected):
+        flamby_center(lesion_id, source)

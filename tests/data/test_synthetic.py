@@ -1,0 +1,91 @@
+"""Demo data generators: deterministic by seed, learnable contrast, non-IID sites, and the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from site_agent.data import demo_cli
+from site_agent.data.brats_case import MODALITIES, discover_cases, read_datalist
+from site_agent.data.isic import PLAYERFL_CLASSES, read_isic_site
+from site_agent.data.synthetic_brats import synthetic_case, write_brats_site
+from site_agent.data.synthetic_isic import site_class_proportions, write_isic_site
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_brats_site_is_deterministic_by_seed(tmp_path):
+    # Execute
+    write_brats_site(tmp_path / "a", 2, 1, (16, 16, 16), seed=7)
+    write_brats_site(tmp_path / "b", 2, 1, (16, 16, 16), seed=7)
+    write_brats_site(tmp_path / "c", 2, 1, (16, 16, 16), seed=8)
+
+    # Assert
+    assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
+    assert _digest(tmp_path / "a") != _digest(tmp_path / "c")
+    assert len(_digest(tmp_path / "a")) == 4 * 16 + 2  # slices, label, datalist
+
+
+def test_tumour_regions_have_learnable_modality_contrast():
+    # Execute
+    case = synthetic_case(1, 0, (32, 32, 32), seed=0)
+    image, label = case.image, case.label
+    mean = {(m, v): image[c][label == v].mean() for c, m in enumerate(MODALITIES) for v in (1, 2, 4)}
+    brain = {m: np.median(image[c][(label == 0) & (image[c] > image[c].max() * 0.2)]) for c, m in enumerate(MODALITIES)}
+
+    # Assert: enhancing rim brightest on T1ce, edema brightest on FLAIR, necrosis dark on T1ce and bright on T2
+    assert mean["t1ce", 4] > 1.4 * max(mean["t1ce", 2], brain["t1ce"])
+    assert mean["flair", 2] > 1.4 * brain["flair"]
+    assert mean["t1ce", 1] < 0.6 * brain["t1ce"] and mean["t2", 1] > 1.5 * brain["t2"]
+    assert all((label == v).sum() > 20 for v in (1, 2, 4))
+
+
+def test_brats_sites_differ_in_scanner_and_tumour_size():
+    # Execute
+    cases = {site: [synthetic_case(site, i, (32, 32, 32)) for i in range(3)] for site in (1, 2)}
+    brain_level = {site: np.mean([np.percentile(c.image[0], 90) for c in cs]) for site, cs in cases.items()}
+    tumour_size = {site: np.mean([(c.label > 0).sum() for c in cs]) for site, cs in cases.items()}
+
+    # Assert
+    assert brain_level[2] > 1.2 * brain_level[1]
+    assert tumour_size[1] > 1.5 * tumour_size[2]
+    assert cases[1][0].slope != cases[2][0].slope
+
+
+def test_isic_sites_are_deterministic_and_label_skewed(tmp_path):
+    # Execute
+    write_isic_site(tmp_path / "a", 1, 3, 30, size=24, seed=4)
+    write_isic_site(tmp_path / "b", 1, 3, 30, size=24, seed=4)
+    proportions = site_class_proportions(3, 4, alpha=0.3, seed=4)
+    counts = [np.bincount([r.label for r in read_isic_site(write_isic_site(tmp_path / f"s{s}", s, 3, 60, alpha=0.3, size=24, seed=4), PLAYERFL_CLASSES)], minlength=4) for s in (1, 2, 3)]
+
+    # Assert
+    assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
+    np.testing.assert_allclose(proportions.sum(axis=1), 1.0)
+    assert [int(np.argmax(c)) for c in counts] == [int(np.argmax(p)) for p in proportions]
+    assert len({int(np.argmax(c)) for c in counts}) > 1
+
+
+def _cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    demo_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_cli_writes_brats_and_isic_sites(tmp_path, capsys):
+    # Execute
+    brats_rc = _cli(["demo-data", "brats", "--site-index", "1", "--out", str(tmp_path / "mri"), "--cases", "2", "--size", "16", "--layout", "nifti", "--label-map", "brats2023"])
+    isic_rc = _cli(["demo-data", "isic", "--site-index", "2", "--out", str(tmp_path / "derm"), "--images", "12", "--size", "24"])
+
+    # Assert
+    assert brats_rc == 0 and isic_rc == 0
+    assert read_datalist(tmp_path / "mri" / "datalist.json") == discover_cases(tmp_path / "mri")
+    assert (tmp_path / "mri" / "Site1_001" / "Site1_001_t1ce.nii.gz").is_file()
+    assert len(read_isic_site(tmp_path / "derm", PLAYERFL_CLASSES)) == 12
+    assert "wrote 2 nifti cases" in capsys.readouterr().out

@@ -1,0 +1,68 @@
+"""Site statistics: clipping, per-class sums and outer products, equal to a hand computation."""
+
+import numpy as np
+import pytest
+import torch
+
+from site_agent.fedkt.stats import class_statistics, clip_latents, encode_latents, site_statistics
+from site_agent.fedkt.wire import fixed_point_scales
+from site_agent.models.dcae import build_tiny_dcae
+
+
+def test_clipping_scales_only_long_latents():
+    latents = torch.tensor([[3.0, 4.0], [0.6, 0.8], [0.0, 0.0]])
+
+    clipped = clip_latents(latents, clip_norm=1.0)
+
+    torch.testing.assert_close(clipped, torch.tensor([[0.6, 0.8], [0.6, 0.8], [0.0, 0.0]], dtype=torch.float64))
+
+
+def test_class_statistics_equal_hand_computation_with_clipping():
+    latents = torch.tensor([[3.0, 4.0], [1.0, -1.0], [0.0, 2.0]])  # first one is clipped from norm 5 to 2
+    labels = torch.tensor([0, 0, 2])
+
+    stats = class_statistics(latents, labels, num_classes=3, clip_norm=2.0)
+
+    clipped = np.array([1.2, 1.6])
+    step, outer_step = fixed_point_scales(2.0)
+    np.testing.assert_allclose(stats.sums, [clipped + [1, -1], [0, 0], [0, 2]], atol=step)
+    first = np.outer(clipped, clipped) + np.outer([1, -1], [1, -1])
+    np.testing.assert_allclose(stats.outer_upper, [[first[0, 0], first[0, 1], first[1, 1]], [0, 0, 0], [0, 0, 4]],
+                               atol=4 * step)
+    np.testing.assert_array_equal(stats.counts, [2, 0, 1])
+
+
+def test_quantized_latents_never_exceed_the_clip_norm():
+    latents = torch.randn(500, 16, generator=torch.Generator().manual_seed(0)) * 10
+    labels = torch.zeros(500, dtype=torch.long)
+
+    stats = class_statistics(latents, labels, num_classes=1, clip_norm=1.5)
+
+    diagonal = stats.outer_upper[0, [i * 16 - i * (i - 1) // 2 for i in range(16)]]
+    assert diagonal.sum() <= 500 * 1.5**2  # trace of sum z z^T = sum ||z||^2
+    assert diagonal.sum() > 500 * 1.5**2 * 0.999
+
+
+def test_labels_out_of_range_are_refused():
+    with pytest.raises(ValueError, match=r"labels must lie in 0..1"):
+        class_statistics(torch.zeros(2, 3), torch.tensor([0, 2]), num_classes=2, clip_norm=1.0)
+
+
+def test_encoder_needs_images_in_minus_one_to_one():
+    model = build_tiny_dcae()
+
+    with pytest.raises(ValueError, match=r"\[-1, 1\]"):
+        encode_latents(model, torch.full((1, 3, 64, 64), 2.0))
+
+
+def test_site_statistics_from_tiny_autoencoder_have_d128_and_batching_does_not_matter():
+    model = build_tiny_dcae(seed=0).eval()
+    images = torch.rand(6, 3, 64, 64, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    labels = torch.tensor([0, 1, 0, 1, 1, 0])
+
+    one_batch = site_statistics(model, images, labels, num_classes=2, clip_norm=1.0, batch_size=6)
+    small_batches = site_statistics(model, images, labels, num_classes=2, clip_norm=1.0, batch_size=4)
+
+    assert one_batch.dim == 128
+    np.testing.assert_array_equal(one_batch.counts, [3, 3])
+    np.testing.assert_allclose(one_batch.to_flat(), small_batches.to_flat(), atol=1e-3)
