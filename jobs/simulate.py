@@ -27,11 +27,13 @@ class SimulationRun:
 
     @property
     def server_log(self) -> Path:
-        return self.workspace / "server" / "simulate_job" / "log.txt"
+        return self.workspace / "server" / "log.txt"
 
     def aborted(self) -> bool:
         """FLARE's simulator can exit 0 after an abort: look for it in the server log."""
-        log = self.server_log.read_text(errors="replace") if self.server_log.exists() else ""
+        if not self.server_log.is_file():
+            return True  # the server never started
+        log = self.server_log.read_text(errors="replace")
         return self.returncode != 0 or "Abort signal" in log or "panic" in log.lower()
 
 

@@ -57,7 +57,7 @@ class FedAvgController(ModelController):
             results = self.send_model_and_wait(
                 data=FLModel(params=global_params, params_type=ParamsType.FULL, current_round=round_index, total_rounds=self.num_rounds)
             )
-            updates, metrics = self._valid_updates(results, global_params)
+            updates, metrics, rejected = self._valid_updates(results, global_params)
             if len(updates) < self.min_clients:
                 message = f"round {round_index + 1}: only {len(updates)} valid updates, the job needs {self.min_clients}"
                 recorder.finish("failed", error=message)
@@ -67,6 +67,7 @@ class FedAvgController(ModelController):
             entry = {
                 "round": round_index + 1,
                 "sites": {u.site: {"num_samples": int(u.num_samples), "metrics": metrics[u.site]} for u in updates},
+                "rejected": rejected,
             }
             if record_weights:
                 entry["global_weights"] = {k: v.ravel().tolist() for k, v in global_params.items()}
@@ -77,9 +78,9 @@ class FedAvgController(ModelController):
 
     def _valid_updates(
         self, results: list[FLModel], global_params: dict[str, np.ndarray]
-    ) -> tuple[list[SiteUpdate], dict[str, dict[str, float]]]:
-        """The updates that pass validation, and every valid site's reported metrics."""
-        updates, metrics = [], {}
+    ) -> tuple[list[SiteUpdate], dict[str, dict[str, float]], dict[str, str]]:
+        """The updates that pass validation, every valid site's metrics, and the reason for each rejected site."""
+        updates, metrics, rejected = [], {}, {}
         for result in results:
             site = result.meta.get("client_name", "unknown site")
             update = SiteUpdate(site, result.params or {}, result.meta.get(FLMetaKey.NUM_STEPS_CURRENT_ROUND, 0))
@@ -87,10 +88,11 @@ class FedAvgController(ModelController):
                 check_updates([update], global_params)
             except UpdateRejected as exc:
                 self.error(str(exc))
+                rejected[site] = exc.reason
                 continue
             updates.append(update)
             metrics[site] = {k: float(v) for k, v in (result.metrics or {}).items()}
-        return updates, metrics
+        return updates, metrics, rejected
 
     def _job_summary(self) -> dict:
         return {"workflow": "fedavg", "model": self.model, "model_args": self.model_args, "num_rounds": self.num_rounds,

@@ -54,4 +54,6 @@ def load_linear_site(data_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = arrays["x"], arrays["y"]
     if x.ndim != 2 or y.shape != (x.shape[0],):
         raise ValueError(f"{path}: expected x of shape (n, d) and y of shape (n,), got {x.shape} and {y.shape}")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError(f"{path}: contains NaN or infinite values; fix or regenerate the site's data")
     return torch.from_numpy(x), torch.from_numpy(y)

@@ -1,0 +1,78 @@
+"""The FedAvg reference job: exported without code, reproduced in FLARE's simulator, robust to a diverging site."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from jobs.common import export
+from jobs.fedavg_linear.job import build_job
+from jobs.simulate import simulate
+from site_agent import __version__
+from site_agent.data.linear_demo import FILE_NAME, write_linear_site
+
+SITES = ["site-1", "site-2", "site-3"]
+REFERENCE = {1: [1.354, -2.023], 3: [1.935, -2.898], 5: [1.995, -2.99]}
+
+
+def _site_data(root: Path) -> dict[str, str]:
+    for index, site in enumerate(SITES, start=1):
+        write_linear_site(root / site / "linear", index)
+    return {"linear": str(root / "{site_name}" / "linear")}
+
+
+def _results(run) -> dict:
+    return json.loads((run.server_app_dir / "results.json").read_text())
+
+
+def test_exported_job_ships_no_code_and_records_parameters(tmp_path):
+    job_dir = export(build_job(num_rounds=2, local_steps=3, aggregation="trimmed_mean", trim_fraction=0.2), tmp_path)
+
+    files = sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("*") if p.is_file())
+    meta = json.loads((job_dir / "meta.json").read_text())
+    server = json.loads((job_dir / "app/config/config_fed_server.json").read_text())["workflows"][0]
+    client = json.loads((job_dir / "app/config/config_fed_client.json").read_text())["executors"][0]["executor"]
+
+    assert files == ["app/config/config_fed_client.json", "app/config/config_fed_server.json", "meta.json"]
+    assert meta["site_agent_version"] == __version__
+    assert server["path"] == "server_app.fedavg.FedAvgController"
+    assert server["args"] | {"num_rounds": 2, "aggregation": "trimmed_mean", "trim_fraction": 0.2} == server["args"]
+    assert client == {"path": "site_agent.tasks.linear_regression.LinearRegressionTask", "args": {"local_steps": 3}}
+
+
+@pytest.mark.simulator
+def test_simulator_reproduces_reference_weights(tmp_path):
+    job_dir = export(build_job(), tmp_path / "job")
+
+    run = simulate(job_dir, tmp_path / "ws", SITES, _site_data(tmp_path / "data"))
+
+    assert not run.aborted(), run.server_log.read_text()[-3000:]
+    results = _results(run)
+    weights = {r["round"]: r["global_weights"]["weight"] for r in results["rounds"]}
+    for round_number, expected in REFERENCE.items():
+        assert weights[round_number] == pytest.approx(expected, abs=5e-4)
+    state = torch.load(run.server_app_dir / "global_model.pt", weights_only=True)
+    np.testing.assert_allclose(state["weight"].numpy().ravel(), weights[5])
+
+
+@pytest.mark.simulator
+def test_diverging_site_is_rejected_by_name_and_the_others_are_averaged(tmp_path):
+    datasets = _site_data(tmp_path / "data")
+    path = tmp_path / "data" / "site-2" / "linear" / FILE_NAME
+    with np.load(path) as arrays:
+        np.savez(path, x=arrays["x"] * 1e20, y=arrays["y"])  # finite data whose gradient overflows
+    job_dir = export(build_job(num_rounds=2, min_clients=2), tmp_path / "job")
+
+    run = simulate(job_dir, tmp_path / "ws", SITES, datasets)
+
+    results = _results(run)
+    assert results["status"] == "finished"
+    first = results["rounds"][0]
+    assert set(first["sites"]) == {"site-1", "site-3"}
+    assert "NaN or infinite" in first["rejected"]["site-2"]
+    assert "update from site 'site-2' rejected" in run.server_log.read_text()
+    assert np.isfinite(first["global_weights"]["weight"]).all()
