@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +24,13 @@ from provisioning.provision import Federation
 
 SERVER_MODULE = "nvflare.private.fed.app.server.server_train"
 CLIENT_MODULE = "nvflare.private.fed.app.client.client_train"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for loopback federations in tests and the demo)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @dataclass

@@ -13,6 +13,7 @@ import sys
 from site_agent import __version__
 
 _COMMAND_MODULES = (
+    "site_agent.site_config",
     "site_agent.preflight",
     "site_agent.data.demo_cli",
 )

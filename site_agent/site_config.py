@@ -9,6 +9,7 @@ share one config file).
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,3 +77,25 @@ def write_site_config(kit_dir: Path, datasets: dict[str, str], device: str = "au
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"datasets": datasets, "device": device}, indent=2) + "\n")
     return path
+
+
+def _configure(args: argparse.Namespace) -> int:
+    path = Path(args.kit) / "local" / CONFIG_FILE
+    current = SiteConfig.load(path) if path.is_file() else None
+    datasets = dict(current.datasets) if current else {}
+    for item in args.data:
+        key, sep, folder = item.partition("=")
+        if not sep or not key or not folder:
+            raise SiteConfigError(f"--data {item!r}: expected KEY=FOLDER, e.g. --data brats=/data/brats")
+        datasets[key] = str(Path(folder).expanduser().resolve())
+    device = args.device or (current.device if current else "auto")
+    print(f"wrote {write_site_config(Path(args.kit), datasets, device)}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("configure", help="point the agent at this site's data folders")
+    parser.add_argument("--kit", required=True, help="folder of this site's startup kit")
+    parser.add_argument("--data", action="append", default=[], metavar="KEY=FOLDER", help="dataset key and local folder (repeatable)")
+    parser.add_argument("--device", choices=DEVICES, help="auto (GPU when present), cpu or cuda")
+    parser.set_defaults(func=_configure)

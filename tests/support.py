@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
+from provisioning.loopback import free_port
 from provisioning.provision import Federation, customise, load_template, provision
 from site_agent.data.linear_demo import write_linear_site
 from site_agent.site_config import write_site_config
@@ -12,12 +12,6 @@ from site_agent.site_config import write_site_config
 ADMIN = "admin@cc.org"
 SUPER_ADMIN = "super@cc.org"
 SITES = ["site-1", "site-2", "site-3"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def provision_demo_federation(workspace: Path, name: str = "hospital-federation", sites: list[str] = SITES) -> Federation:

@@ -1,0 +1,106 @@
+"""`fl-job`: build a job folder for the FLARE console, submit it through the FLARE API, or try it in the simulator.
+
+    fl-job export fedavg-linear --out jobs-out/ [--num-rounds 5 ...]      then in the console: submit_job jobs-out/fedavg-linear
+    fl-job submit fedavg-linear --admin-kit KIT [--num-rounds 5 ...]      waits, shows progress, downloads the result
+    fl-job simulate fedavg-linear --workspace WS --data linear=/data/{site_name}/linear --sites site-1,site-2,site-3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from jobs.common import export
+from jobs.registry import JOB_MODULES, job_module, job_params
+
+
+def _build(args: argparse.Namespace, out_dir: Path) -> Path:
+    module = job_module(args.kind)
+    return export(module.build_job(**job_params(module, args)), out_dir)
+
+
+def _export(args: argparse.Namespace) -> int:
+    job_dir = _build(args, Path(args.out))
+    print(f"exported {job_dir} (no custom code); submit it from the FLARE console with: submit_job {job_dir}")
+    return 0
+
+
+def _admin_username(kit: Path) -> str:
+    config = kit / "startup" / "fed_admin.json"
+    if not config.is_file():
+        raise SystemExit(f"{config}: not found; --admin-kit must be an admin's startup kit folder")
+    return json.loads(config.read_text())["admin"]["username"]
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from nvflare.fuel.flare_api.flare_api import new_secure_session
+
+    from jobs.admin import submit_and_wait
+
+    kit = Path(args.admin_kit).resolve()
+    with tempfile.TemporaryDirectory() as tmp:
+        job_dir = _build(args, Path(tmp))
+        session = new_secure_session(_admin_username(kit), str(kit), timeout=args.connect_timeout)
+        try:
+            outcome = submit_and_wait(session, job_dir, timeout=args.timeout)
+        finally:
+            session.close()
+    if not outcome.completed:
+        print(f"job {outcome.job_id} ended {outcome.status}: {outcome.refusal()}", file=sys.stderr)
+        return 1
+    print(f"results of job {outcome.job_id}: {outcome.result_dir}")
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from jobs.simulate import simulate
+
+    datasets = dict(item.split("=", 1) for item in args.data)
+    workspace = Path(args.workspace)
+    job_dir = _build(args, workspace / "job")
+    run = simulate(job_dir, workspace / "simulation", args.sites.split(","), datasets)
+    if run.aborted():
+        print(f"the simulation did not finish; see {run.server_log}", file=sys.stderr)
+        return 1
+    print(f"results: {run.server_app_dir}")
+    return 0
+
+
+def _add_command_options(name: str, parser: argparse.ArgumentParser) -> None:
+    if name == "export":
+        parser.add_argument("--out", required=True, help="folder to write the job folder into")
+    elif name == "submit":
+        parser.add_argument("--admin-kit", required=True, help="the admin's startup kit folder")
+        parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for the job")
+        parser.add_argument("--connect-timeout", type=float, default=30.0)
+    else:
+        parser.add_argument("--workspace", required=True)
+        parser.add_argument("--sites", default="site-1,site-2,site-3")
+        parser.add_argument("--data", action="append", default=[], metavar="KEY=FOLDER",
+                            help="dataset folder per dataset key; {site_name} is replaced per simulated site")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fl-job", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="list the job kinds").set_defaults(func=lambda _: print("\n".join(sorted(JOB_MODULES))) or 0)
+    for name, func, help_text in (("export", _export, "write a job folder for the FLARE console"),
+                                  ("submit", _submit, "submit through the FLARE API and wait"),
+                                  ("simulate", _simulate, "run in FLARE's simulator")):
+        kinds = commands.add_parser(name, help=help_text).add_subparsers(dest="kind", required=True, metavar="KIND")
+        for kind in sorted(JOB_MODULES):
+            module = job_module(kind)
+            command = kinds.add_parser(kind, help=(module.__doc__ or "").split("\n")[0])
+            _add_command_options(name, command)
+            module.add_arguments(command)
+            command.set_defaults(func=func)
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

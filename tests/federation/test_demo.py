@@ -1,0 +1,34 @@
+"""The README's first command: the demo provisions, runs the job on a loopback federation and leaves nothing behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.federation
+
+
+def _federation_processes(workspace: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if "nvflare.private.fed.app" in cmdline and str(workspace) in cmdline:
+            found.append(proc)
+    return found
+
+
+def test_demo_runs_fedavg_end_to_end_and_cleans_up(tmp_path):
+    workspace = tmp_path / "demo"
+    fl_demo = Path(sys.executable).with_name("fl-demo")
+
+    completed = subprocess.run([str(fl_demo), "--workspace", str(workspace), "--jobs", "fedavg-linear"],
+                               capture_output=True, text=True, timeout=600)
+
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert "5  [+1.995, -2.990]" in completed.stdout
+    assert "demo finished" in completed.stdout
+    assert _federation_processes(workspace) == []
