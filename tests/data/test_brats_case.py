@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 
 from site_agent.data.brats_case import (
-    BRATS_2021,
-    BRATS_2023,
     MODALITIES,
     brats_dataset,
     discover_cases,
@@ -19,6 +17,7 @@ from site_agent.data.brats_case import (
     read_datalist,
     write_datalist,
 )
+from site_agent.data.labels import BRATS_2021, BRATS_2023
 from site_agent.data.nifti import read_nifti, write_nifti
 from site_agent.data.reader import DataError
 from site_agent.data.synthetic_brats import synthetic_case, write_brats_site

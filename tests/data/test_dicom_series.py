@@ -10,6 +10,7 @@ import pydicom
 import pytest
 from pydicom.data import get_testdata_file
 
+from site_agent.data import dicom_series
 from site_agent.data.dicom_series import DicomSeriesReader, SeriesIds, read_dicom_series, series_files, write_dicom_series
 from site_agent.data.reader import DataError, ImageReader
 
@@ -172,8 +173,9 @@ def test_missing_geometry_is_named(tmp_path):
     assert str(paths[0]) in str(error.value) and "ImagePositionPatient" in str(error.value)
 
 
+@pytest.mark.filterwarnings("ignore:The pixel data is .* excess padding")
 @pytest.mark.parametrize(
-    "name", ["MR_small.dcm", "MR_small_RLE.dcm", "MR_small_bigendian.dcm", "MR_small_implicit.dcm", "MR_small_expb.dcm", "CT_small.dcm"]
+    "name", ["MR_small.dcm", "MR_small_padded.dcm", "MR_small_RLE.dcm", "MR_small_bigendian.dcm", "MR_small_implicit.dcm", "MR_small_expb.dcm", "CT_small.dcm"]
 )
 def test_real_files_read_to_pydicom_values(tmp_path, name):
     # Prepare
@@ -189,6 +191,19 @@ def test_real_files_read_to_pydicom_values(tmp_path, name):
     position = np.asarray(ds.ImagePositionPatient, dtype=float)
     np.testing.assert_allclose(image.affine[:3, 3], position * [-1, -1, 1])
     np.testing.assert_allclose(np.abs(np.diag(image.affine))[:2], [float(v) for v in ds.PixelSpacing][::-1])
+
+
+def test_fast_path_matches_pydicom_decoders(tmp_path, monkeypatch):
+    # Prepare
+    _write(tmp_path / "series", _volume())
+    fast = read_dicom_series(tmp_path / "series")
+    monkeypatch.setattr(dicom_series, "_NATIVE_LITTLE_ENDIAN", frozenset())
+
+    # Execute
+    decoded = read_dicom_series(tmp_path / "series")
+
+    # Assert
+    np.testing.assert_array_equal(fast.array, decoded.array)
 
 
 def test_ct_small_applies_rescale_intercept(tmp_path):

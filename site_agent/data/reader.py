@@ -1,0 +1,43 @@
+"""The one reader interface shared by the DICOM, NIfTI and ISIC readers, and the one data error type.
+
+Every reader turns one path (a DICOM series folder, a NIfTI file, a photo) into an `Image`: a float32,
+channel-first array plus the voxel-to-world affine, so that callers never branch on the file format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+class DataError(ValueError):
+    """A site's data cannot be used as it is. The message names the file/case/field and says what to do."""
+
+
+@dataclass(frozen=True)
+class Image:
+    """A decoded image: `array` is float32 and channel-first, (C, X, Y, Z) for volumes and (C, H, W) for photos.
+
+    `affine` maps voxel indices to world coordinates in millimetres, RAS+ as in NIfTI (DICOM's LPS is converted);
+    photos carry an identity pixel grid. `source` is the file or folder it was read from, for error messages.
+    """
+
+    array: np.ndarray
+    affine: np.ndarray
+    source: Path
+
+    @property
+    def spatial_shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape[1:])
+
+
+@runtime_checkable
+class ImageReader(Protocol):
+    """Reads one kind of input. `can_read` lets callers pick a reader for a path without trying to decode it."""
+
+    def can_read(self, path: Path) -> bool: ...
+
+    def read(self, path: Path) -> Image: ...
