@@ -80,7 +80,19 @@ def check_policy(kit: SiteKit) -> CheckResult:
         problems.append(f"{kit.root / 'local' / 'custom'} exists (FLARE puts it first on the Python path)")
     if problems:
         return CheckResult("site policy", FAIL, f"{path}: " + "; ".join(problems), "re-provision, or remove local/custom")
-    return CheckResult("site policy", OK, f"allow-list enforced ({len(resources['class_allow_list'])} classes), site guard on")
+    detail = f"allow-list enforced ({len(resources['class_allow_list'])} classes), site guard on"
+    missing = _classes_missing_from(resources["class_allow_list"])
+    if missing:
+        return CheckResult("site policy", WARN, f"{detail}; jobs using {missing} will be refused",
+                           "this agent has job kinds the kit's allow-list predates: ask the lead for a re-provisioned kit")
+    return CheckResult("site policy", OK, detail)
+
+
+def _classes_missing_from(allow_list: list[str]) -> list[str]:
+    """Job classes of the installed agent that the kit's allow-list does not admit (the kit is older than the agent)."""
+    from provisioning.policy import site_allow_list
+
+    return [c for c in site_allow_list() if c not in allow_list]
 
 
 def check_data(kit: SiteKit) -> CheckResult:

@@ -95,3 +95,16 @@ def test_dataset_paths_may_name_the_site(tmp_path):
     assert config.data_dir("linear", "site-7") == tmp_path / "site-7"
     with pytest.raises(SiteConfigError, match='no dataset "brats" configured'):
         config.data_dir("brats", "site-7")
+
+
+def test_check_warns_when_the_kit_predates_the_agents_job_classes(two_federations, tmp_path):
+    kit = tmp_path / "site-1"
+    shutil.copytree(two_federations[0].kit("site-1"), kit)
+    resources_path = kit / "local" / "resources.json"
+    resources = json.loads(resources_path.read_text())
+    resources["class_allow_list"].remove("site_agent.tasks.linear_regression.LinearRegressionTask")
+    resources_path.write_text(json.dumps(resources))
+
+    [policy] = [r for r in run_checks(kit, skip_server=True) if r.name == "site policy"]
+
+    assert policy.status == "WARN" and "LinearRegressionTask" in policy.detail and "re-provisioned kit" in policy.fix
