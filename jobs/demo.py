@@ -21,8 +21,12 @@ from nvflare.job_config.api import FedJob
 from jobs.admin import JobOutcome, submit_and_wait
 from jobs.common import export
 from jobs.fedavg_linear import job as fedavg_linear
+from jobs.fedkt_csd import demo as fedkt_csd_demo
+from jobs.playerfl import demo as playerfl_demo
+from jobs.segmentation import demo as segmentation_demo
 from provisioning.loopback import LoopbackFederation, free_port
 from provisioning.provision import customise, load_template, provision
+from server_app.server_config import write_server_config
 from site_agent.data.linear_demo import write_linear_site
 from site_agent.preflight import FAIL, format_table, run_checks
 from site_agent.site_config import write_site_config
@@ -39,6 +43,7 @@ class DemoJob:
     make_site_data: Callable[[int, str, Path], dict[str, str]]  # (1-based index, site, data root) -> dataset folders
     build: Callable[[], FedJob]
     summarise: Callable[[JobOutcome], str]
+    server_models: Callable[[Path], dict[str, str]] | None = None  # (data root) -> model folders for server_app.json
 
 
 def _linear_data(index: int, site: str, root: Path) -> dict[str, str]:
@@ -58,6 +63,12 @@ def _linear_summary(outcome: JobOutcome) -> str:
 
 DEMO_JOBS = {
     "fedavg-linear": DemoJob("fedavg-linear", _linear_data, fedavg_linear.build_job, _linear_summary),
+    "fedkt-csd": DemoJob("fedkt-csd", fedkt_csd_demo.site_data, fedkt_csd_demo.build, fedkt_csd_demo.summary,
+                         fedkt_csd_demo.server_models),
+    "brats-segmentation": DemoJob("brats-segmentation", segmentation_demo.site_data, segmentation_demo.build,
+                                  segmentation_demo.summary),
+    "playerfl": DemoJob("playerfl", playerfl_demo.site_data, playerfl_demo.build_playerfl, playerfl_demo.summary),
+    "playerfl-fedavg": DemoJob("playerfl-fedavg", playerfl_demo.site_data, playerfl_demo.build_fedavg, playerfl_demo.summary),
 }
 
 
@@ -88,6 +99,9 @@ def run_demo(workspace: Path, job_names: list[str], port: int | None = None) -> 
         print(format_table(results))
         if any(r.status == FAIL for r in results):
             return 1
+    server_models = {k: v for job in jobs if job.server_models for k, v in job.server_models(workspace / "data").items()}
+    if server_models:
+        print(f"federation lead: wrote {write_server_config(federation.kit(federation.server), server_models)}")
 
     _step("starting the server and the sites as separate processes")
     with LoopbackFederation(federation) as loopback:

@@ -9,6 +9,9 @@ from types import ModuleType
 
 JOB_MODULES = {
     "fedavg-linear": "jobs.fedavg_linear.job",
+    "fedkt-csd": "jobs.fedkt_csd.job",
+    "brats-segmentation": "jobs.segmentation.job",
+    "playerfl": "jobs.playerfl.job",
 }
 
 

@@ -8,10 +8,18 @@ from __future__ import annotations
 
 from nvflare.app_common.logging.job_log_receiver import JobLogReceiver
 from nvflare.app_common.logging.job_log_streamer import JobLogStreamer
+from nvflare.app_common.widgets.convert_to_fed_event import ConvertToFedEvent
+from nvflare.app_opt.tracking.tb.tb_receiver import TBAnalyticsReceiver
+from nvflare.app_opt.tracking.tb.tb_writer import TBWriter
 
 from server_app.fedavg import FedAvgController
+from server_app.fedkt_csd import FedKTCSDController
+from server_app.playerfl import PLayerFLController
 from site_agent.site_guard import SiteGuard
+from site_agent.tasks.fedkt_csd import FedKTCSDTask
 from site_agent.tasks.linear_regression import LinearRegressionTask
+from site_agent.tasks.playerfl import PLayerFLTask
+from site_agent.tasks.segmentation import SegmentationTask
 
 DEFAULT_ACCEPTED_ROLES = ["project_admin", "lead"]
 
@@ -21,9 +29,12 @@ def class_path(cls: type) -> str:
 
 
 # Classes a job may instantiate at a site: our site tasks, and FLARE's log streamer that sites add to every job.
-SITE_JOB_CLASSES = [LinearRegressionTask, JobLogStreamer]
+SITE_JOB_CLASSES = [LinearRegressionTask, JobLogStreamer, PLayerFLTask, FedKTCSDTask]
+# Segmentation: its task, and FLARE's experiment tracking (TensorBoard writer, local -> federated event relay).
+SITE_JOB_CLASSES += [SegmentationTask, TBWriter, ConvertToFedEvent]
 # Classes a job may instantiate on the server: our workflows and FLARE's log receiver.
-SERVER_JOB_CLASSES = [FedAvgController, JobLogReceiver]
+SERVER_JOB_CLASSES = [FedAvgController, JobLogReceiver, PLayerFLController, FedKTCSDController]
+SERVER_JOB_CLASSES += [TBAnalyticsReceiver]  # segmentation: FLARE's TensorBoard receiver
 
 
 def site_allow_list() -> list[str]:

@@ -85,11 +85,20 @@ def _write_json(path: Path, content: dict) -> None:
     path.write_text(json.dumps(content, indent=2) + "\n")
 
 
-def write_site_policy(kit: Path, accepted_roles: list[str]) -> None:
+def write_site_policy(kit: Path, accepted_roles: list[str], stream_logs: bool = False) -> None:
+    """Site resources: exact allow-list, site guard, and log streaming off unless asked for.
+
+    Site logs name local files (our errors say which case is broken), so by default they stay at the site:
+    FLARE's job-log and error-log streaming to the server are switched off.
+    """
     resources = json.loads((kit / "local" / "resources.json.default").read_text())
     resources["class_list_enforcement_mode"] = "enforce"
     resources["class_allow_list"] = site_allow_list()
-    resources["components"] = [c for c in resources.get("components", []) if c.get("id") != "site_guard"]
+    resources["allow_log_streaming"] = stream_logs
+    resources["components"] = [
+        c for c in resources.get("components", [])
+        if c.get("id") != "site_guard" and (stream_logs or not c.get("path", "").endswith(".SiteLogStreamer"))
+    ]
     resources["components"].append(site_guard_component(accepted_roles))
     _write_json(kit / "local" / "resources.json", resources)
     _write_json(kit / "local" / "authorization.json", authorization_policy())
@@ -107,7 +116,8 @@ def write_server_policy(kit: Path, storage: Path) -> None:
     _write_json(kit / "local" / "authorization.json", authorization_policy())
 
 
-def provision(project: dict, workspace: Path, accepted_roles: list[str] | None = None, server_storage: Path | None = None) -> Federation:
+def provision(project: dict, workspace: Path, accepted_roles: list[str] | None = None, server_storage: Path | None = None,
+              stream_site_logs: bool = False) -> Federation:
     """Provision `project` into `workspace` and write our policy into every kit."""
     workspace = Path(workspace).resolve()
     workspace.mkdir(parents=True, exist_ok=True)
@@ -125,7 +135,7 @@ def provision(project: dict, workspace: Path, accepted_roles: list[str] | None =
     admins = {p["name"]: p["role"] for p in participants if p["type"] == "admin"}
     write_server_policy(kits_dir / server, Path(server_storage) if server_storage else kits_dir / server / "storage")
     for site in sites:
-        write_site_policy(kits_dir / site, accepted_roles or DEFAULT_ACCEPTED_ROLES)
+        write_site_policy(kits_dir / site, accepted_roles or DEFAULT_ACCEPTED_ROLES, stream_site_logs)
     return Federation(project["name"], kits_dir, server, sites, admins)
 
 
@@ -149,10 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, help="server port for sites and admins")
     parser.add_argument("--accepted-roles", default=",".join(DEFAULT_ACCEPTED_ROLES), help="submitter roles sites accept")
     parser.add_argument("--server-storage", type=Path, help="job/snapshot storage on the server (default: inside its kit)")
+    parser.add_argument("--stream-site-logs", action="store_true",
+                        help="let sites stream job and error logs to the server (off: logs may name local files)")
     args = parser.parse_args(argv)
     project = customise(load_template(args.project), args.name, args.sites.split(",") if args.sites else None,
                         _parse_admins(args.admin), args.port)
-    federation = provision(project, args.workspace, args.accepted_roles.split(","), args.server_storage)
+    federation = provision(project, args.workspace, args.accepted_roles.split(","), args.server_storage, args.stream_site_logs)
     print(f"provisioned {federation.project}: kits in {federation.kits_dir}")
     print(f"  server: {federation.kit(federation.server)}")
     for site in federation.sites:

@@ -1,6 +1,7 @@
 """What the admin downloads from a job: `results.json` (per-round record) and `global_model.pt` in the server app folder.
 
-`global_model.pt` is a plain `state_dict` of tensors, loadable with `torch.load(path, weights_only=True)`.
+`global_model.pt` (and, for jobs that select a best model, `best_global_model.pt`) is a plain `state_dict` of
+tensors, loadable with `torch.load(path, weights_only=True)`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 RESULTS_FILE = "results.json"
 GLOBAL_MODEL_FILE = "global_model.pt"
+BEST_MODEL_FILE = "best_global_model.pt"
 
 
 class RunRecorder:

@@ -16,6 +16,7 @@ _COMMAND_MODULES = (
     "site_agent.site_config",
     "site_agent.preflight",
     "site_agent.data.demo_cli",
+    "site_agent.fedkt.cli",
 )
 
 

@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from site_agent.models import classifiers, segmentation
+
 
 def _linear_regression(in_features: int = 2) -> nn.Module:
     """The FedAvg reference model y = X w (no bias), starting at w = 0."""
@@ -18,6 +20,9 @@ def _linear_regression(in_features: int = 2) -> nn.Module:
 
 _FACTORIES: dict[str, Callable[..., nn.Module]] = {
     "linear_regression": _linear_regression,
+    "cnn5": classifiers.cnn5,
+    "resnet10": classifiers.resnet10,
+    "segresnet": segmentation.segresnet,
 }
 
 

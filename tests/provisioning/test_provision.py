@@ -33,6 +33,13 @@ def test_sites_enforce_exact_classes_and_run_the_site_guard(federation):
     assert guard == [{"id": "site_guard", "path": "site_agent.site_guard.SiteGuard", "args": {"accepted_submitter_roles": ["lead"]}}]
 
 
+def test_site_logs_stay_at_the_site_by_default(federation):
+    resources = json.loads((federation.kit("site-a") / "local" / "resources.json").read_text())
+
+    assert resources["allow_log_streaming"] is False
+    assert not [c for c in resources["components"] if c["path"].endswith("SiteLogStreamer")]
+
+
 def test_server_storage_lives_inside_the_federation_workspace(federation):
     resources = json.loads((federation.kit("localhost") / "local" / "resources.json").read_text())
     job_manager = next(c for c in resources["components"] if c["id"] == "job_manager")

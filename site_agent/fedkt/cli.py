@@ -1,0 +1,70 @@
+"""`site-agent fedkt ...`: the privacy officer's statistics export and the demo autoencoder.
+
+    site-agent fedkt export --kit KIT --out FOLDER [--classes BCC,BKL,MEL,NV --dataset isic --autoencoder dcae ...]
+    site-agent fedkt train-demo-autoencoder --out FOLDER [--images 256 --steps 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from site_agent.data.isic import PLAYERFL_CLASSES
+from site_agent.device import select_device
+from site_agent.site_config import SiteConfig
+
+
+def _export(args: argparse.Namespace) -> int:
+    from site_agent.fedkt.export import ExportSettings, write_export
+    from site_agent.fedkt.site_data import statistics_vector
+    from site_agent.models.dcae import load_autoencoder
+
+    kit = Path(args.kit)
+    config = SiteConfig.for_kit(kit)
+    site = args.site or kit.resolve().name
+    loaded = load_autoencoder(config.data_dir(args.autoencoder, site), select_device(config.device))
+    settings = ExportSettings([c.strip() for c in args.classes.split(",")], args.image_size, args.holdout_fraction,
+                              args.seed)
+    vector = statistics_vector(loaded, config.data_dir(args.dataset, site), settings.classes, settings.image_size,
+                               settings.holdout_fraction, settings.seed)
+    summary = write_export(Path(args.out), vector, settings, loaded.identity)
+    print(summary.read_text())
+    print(f"wrote {Path(args.out)}: review it, then run the job with reviewed_statistics=<dataset key of this folder>")
+    return 0
+
+
+def _train_demo_autoencoder(args: argparse.Namespace) -> int:
+    from site_agent.fedkt.demo_autoencoder import train_demo_autoencoder
+    from site_agent.models.dcae import load_autoencoder
+
+    folder = train_demo_autoencoder(Path(args.out), args.images, args.steps, args.batch_size, args.seed)
+    identity = load_autoencoder(folder).identity
+    print(f"wrote {folder}: clip norm R = {identity.clip_norm:.3f} ({identity.clip_norm_provenance}); "
+          f"weights sha256 {identity.weights_sha256}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("fedkt", help="FedKT-CSD: export the site's statistics for review, demo autoencoder")
+    commands = parser.add_subparsers(dest="fedkt_command", required=True, metavar="COMMAND")
+
+    export = commands.add_parser("export", help="write exactly the statistics a FedKT-CSD job would send, with a summary")
+    export.add_argument("--kit", required=True, help="this site's startup kit (its local/site_agent.json is read)")
+    export.add_argument("--out", required=True, help="folder for the export (give it a dataset key to send it)")
+    export.add_argument("--site", help="site name for {site_name} in configured paths (default: the kit folder's name)")
+    export.add_argument("--classes", default=",".join(PLAYERFL_CLASSES), help="the job's classes, comma separated")
+    export.add_argument("--dataset", default="isic", help="dataset key of the ISIC-format folder")
+    export.add_argument("--autoencoder", default="dcae", help="dataset key of the autoencoder folder")
+    export.add_argument("--image-size", type=int, default=64)
+    export.add_argument("--holdout-fraction", type=float, default=0.2)
+    export.add_argument("--seed", type=int, default=0, help="the job's seed (it fixes the held-out split)")
+    export.set_defaults(func=_export)
+
+    demo = commands.add_parser("train-demo-autoencoder",
+                               help="train the small demo DC-AE on public synthetic images and save it with its clip norm")
+    demo.add_argument("--out", required=True, help="folder to write (config.json, weights, clip_norm.json)")
+    demo.add_argument("--images", type=int, default=256, help="public synthetic images to train on")
+    demo.add_argument("--steps", type=int, default=120, help="training steps (about 0.5 s each on 2 CPU cores)")
+    demo.add_argument("--batch-size", type=int, default=16)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.set_defaults(func=_train_demo_autoencoder)

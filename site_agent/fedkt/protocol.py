@@ -1,0 +1,49 @@
+"""The FedKT-CSD job's messages, shared by the site task and the server workflow (docs/fedkt-csd.md).
+
+    keys        server -> site: the announcement (session, classes, image size, autoencoder identity)
+                site -> server: {"public_key": (32,) uint8}, a fresh X25519 key for this session only
+    statistics  server -> site: {site name: (32,) uint8 public key} for every site of the key exchange
+                site -> server: {"masked": (L,) uint64}, the fixed-point statistics plus pairwise masks
+    evaluate    server -> site: the classifier trained on the synthetic set (optional round)
+                site -> server: metrics accuracy, balanced_accuracy, num_test on the site's held-out images
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from site_agent.models.dcae import AutoencoderIdentity
+
+TASK_KEYS = "keys"
+TASK_STATISTICS = "statistics"
+TASK_EVALUATE = "evaluate"
+PUBLIC_KEY = "public_key"
+MASKED = "masked"
+SESSION = "session"
+CLASSES = "classes"
+IMAGE_SIZE = "image_size"
+AUTOENCODER = "autoencoder"
+EVALUATION_METRICS = ("accuracy", "balanced_accuracy", "num_test")
+
+
+def announcement(session: str, classes: Sequence[str], image_size: int, identity: AutoencoderIdentity) -> dict[str, Any]:
+    """What the server tells every site with the keys task, so that a mismatch fails before any key is made."""
+    return {SESSION: session, CLASSES: list(classes), IMAGE_SIZE: int(image_size), AUTOENCODER: identity.manifest()}
+
+
+def check_announcement(meta: Mapping[str, Any], site: str, classes: Sequence[str], image_size: int,
+                       identity: AutoencoderIdentity) -> str:
+    """The session id, after checking that server and site agree on classes, image size and autoencoder."""
+    server_ae = meta.get(AUTOENCODER) or {}
+    expected = {CLASSES: (meta.get(CLASSES), list(classes)), IMAGE_SIZE: (meta.get(IMAGE_SIZE), int(image_size)),
+                "autoencoder weights_sha256": (server_ae.get("weights_sha256"), identity.weights_sha256),
+                "autoencoder clip_norm": (server_ae.get("clip_norm"), identity.clip_norm)}
+    wrong = [f"{key}: server {theirs!r}, site {ours!r}" for key, (theirs, ours) in expected.items() if theirs != ours]
+    if wrong:
+        raise ValueError(f"site {site} does not match the server's FedKT-CSD setup ({'; '.join(wrong)}); the site and "
+                         "the server must use the same job parameters and the same autoencoder folder (weights and "
+                         "clip_norm.json)")
+    if not meta.get(SESSION):
+        raise ValueError(f"site {site}: the keys task carries no session id")
+    return str(meta[SESSION])

@@ -1,0 +1,123 @@
+"""A site's glioma cases as MONAI pipelines: a deterministic train/validation split and the BraTS transforms.
+
+Training follows MONAI's BraTS recipe: per-channel z-score normalisation over brain voxels (cached with the
+decoded volumes), then a random ROI crop, flips on each axis and intensity scale/shift jitter. Validation sees
+whole normalised volumes (inference is sliding-window).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from monai.data import CacheDataset, DataLoader
+from monai.transforms import (
+    NormalizeIntensityd,
+    RandFlipd,
+    RandScaleIntensityd,
+    RandShiftIntensityd,
+    RandSpatialCropd,
+    SpatialPadd,
+)
+
+from site_agent.data.brats_case import BratsCase, GridPolicy, brats_dataset, discover_cases
+from site_agent.data.labels import LABEL_MAPS
+from site_agent.data.reader import DataError
+
+KEYS = ("image", "label")
+
+
+@contextlib.contextmanager
+def surface_data_errors() -> Iterator[None]:
+    """Re-raise the `DataError` (which names the case's file) that MONAI wraps in "applying transform ..."."""
+    try:
+        yield
+    except RuntimeError as exc:
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, DataError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        raise cause from exc
+
+
+@dataclass(frozen=True)
+class SiteSplit:
+    train: list[BratsCase]
+    val: list[BratsCase]
+
+
+def split_cases(cases: Sequence[BratsCase], val_fraction: float, seed: int) -> SiteSplit:
+    """A seeded split by case: at least one validation and one training case (the folder is named on failure)."""
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction={val_fraction}: use a value between 0 and 1")
+    if len(cases) < 2:
+        where = cases[0].images[0].parent.parent if cases else "the site's brats folder"
+        raise DataError(f"{where}: {len(cases)} case(s); a site needs at least 2 (one for training, one for validation)")
+    order = np.random.default_rng(seed).permutation(len(cases))
+    n_val = min(len(cases) - 1, max(1, round(val_fraction * len(cases))))
+    ordered = [cases[i] for i in order]
+    return SiteSplit(train=sorted(ordered[n_val:], key=_case_id), val=sorted(ordered[:n_val], key=_case_id))
+
+
+def _case_id(case: BratsCase) -> str:
+    return case.case_id
+
+
+def normalise() -> NormalizeIntensityd:
+    return NormalizeIntensityd(keys="image", nonzero=True, channel_wise=True)
+
+
+def train_augmentation(roi_size: Sequence[int]) -> list:
+    """ROI crop (padding smaller volumes), flips on each axis, intensity scale and shift: MONAI's BraTS recipe."""
+    return [
+        SpatialPadd(keys=KEYS, spatial_size=list(roi_size)),
+        RandSpatialCropd(keys=KEYS, roi_size=list(roi_size), random_size=False),
+        RandFlipd(keys=KEYS, prob=0.5, spatial_axis=0),
+        RandFlipd(keys=KEYS, prob=0.5, spatial_axis=1),
+        RandFlipd(keys=KEYS, prob=0.5, spatial_axis=2),
+        RandScaleIntensityd(keys="image", factors=0.1, prob=1.0),
+        RandShiftIntensityd(keys="image", offsets=0.1, prob=1.0),
+    ]
+
+
+@dataclass
+class SiteData:
+    """The site's cached datasets; built once per job, reused every round."""
+
+    split: SiteSplit
+    train: CacheDataset
+    val: CacheDataset
+
+    def train_loader(self, batch_size: int, seed: int) -> DataLoader:
+        """Shuffled batches whose order and augmentation depend only on `seed`."""
+        self.train.transform.set_random_state(seed=seed)
+        generator = torch.Generator().manual_seed(seed)
+        return DataLoader(self.train, batch_size=batch_size, shuffle=True, num_workers=0, generator=generator)
+
+    def val_loader(self) -> DataLoader:
+        return DataLoader(self.val, batch_size=1, shuffle=False, num_workers=0)
+
+
+def load_site_data(
+    folder: Path,
+    roi_size: Sequence[int],
+    label_map: str = "brats2021",
+    grid: GridPolicy = "refuse",
+    val_fraction: float = 0.2,
+    cache_rate: float = 1.0,
+    seed: int = 0,
+) -> SiteData:
+    """Discover, split and (for `cache_rate` of the cases) read and validate the site's cases up front."""
+    if label_map not in LABEL_MAPS:
+        raise ValueError(f"label_map={label_map!r}: use one of {sorted(LABEL_MAPS)}")
+    split = split_cases(discover_cases(Path(folder)), val_fraction, seed)
+    labels = LABEL_MAPS[label_map]
+    with surface_data_errors():
+        train = brats_dataset(split.train, labels, grid, [normalise(), *train_augmentation(roi_size)], cache_rate)
+        val = brats_dataset(split.val, labels, grid, [normalise()], cache_rate)
+    return SiteData(split, train, val)

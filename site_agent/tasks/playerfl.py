@@ -1,0 +1,222 @@
+"""Site side of the PLayer-FL job and its baselines: one executor, the method chosen by a job parameter.
+
+Each `train` task: load the received layers over the site's own model, validate the model the site would deploy
+(snapshotting the best), train locally, and return the federated layers. PLayer-FL additionally computes its
+sensitivity curve after the first epoch. The final `evaluate` task scores the best-validation snapshot on the
+site's held-out test split. What leaves the site per method is listed in docs/playerfl.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import zlib
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import torch
+from nvflare.apis.fl_constant import FLMetaKey
+from nvflare.apis.fl_context import FLContext
+from nvflare.apis.shareable import Shareable
+from nvflare.apis.signal import Signal
+from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
+from nvflare.app_opt.pt.fedproxloss import PTFedProxLoss
+from torch import nn
+from torch.utils.data import DataLoader
+
+from site_agent.models import build_model, load_numpy_params
+from site_agent.playerfl import protocol
+from site_agent.playerfl.data import IsicImages, SiteSplits, load_site_splits
+from site_agent.playerfl.layers import Layer, model_layers, prefix_keys
+from site_agent.playerfl.sensitivity import federation_sensitivity
+from site_agent.playerfl.state import SiteState, load_state, save_state, state_path
+from site_agent.playerfl.training import LossFn, Penalty, evaluate, focal_loss, train_epochs
+from site_agent.tasks.executor import SiteContext, TaskExecutor
+
+
+@dataclass(frozen=True)
+class _Site:
+    """Per job and site: the data loaders and where the state lives."""
+
+    train: IsicImages
+    val: DataLoader
+    test: DataLoader
+    state_file: Path
+
+
+class PLayerFLTask(TaskExecutor):
+    """PLayer-FL and its baselines at a site (ALGORITHMS.md for the hyper-parameters' reference values)."""
+
+    def __init__(
+        self,
+        method: str = "playerfl",
+        model: str = "cnn5",
+        model_args: dict | None = None,
+        dataset: str = "isic",
+        image_size: int = 200,
+        local_epochs: int = 1,
+        batch_size: int = 128,
+        learning_rate: float = 1e-3,
+        weight_decay: float = 1e-4,
+        focal_gamma: float = 2.0,
+        fedprox_mu: float = 0.1,
+        ditto_lambda: float = 0.1,
+        fedlp_keep: float = 0.7,
+        finetune_epochs: int = 1,
+        seed: int = 0,
+    ):
+        super().__init__(seed=seed)
+        protocol.check_method(method)
+        self.method = method
+        self.model = model
+        self.model_args = model_args or {}
+        self.dataset = dataset
+        self.image_size = image_size
+        self.local_epochs = local_epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.focal_gamma = focal_gamma
+        self.fedprox_mu = fedprox_mu
+        self.ditto_lambda = ditto_lambda
+        self.fedlp_keep = fedlp_keep
+        self.finetune_epochs = finetune_epochs
+        self._job_id = "job"
+        self._site: _Site | None = None
+
+    def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+        self._job_id = fl_ctx.get_job_id() or "job"  # the state file is per job: jobs never see each other's state
+        return super().execute(task_name, shareable, fl_ctx, abort_signal)
+
+    @cached_property
+    def loss_fn(self) -> LossFn:
+        return focal_loss(self.focal_gamma)
+
+    @cached_property
+    def layers(self) -> list[Layer]:
+        return model_layers(self._new_model())
+
+    # ---- tasks -------------------------------------------------------------------------------------------------
+
+    def task_train(self, model: FLModel, ctx: SiteContext) -> FLModel:
+        site, state, net = self._prepare(model, ctx)
+        round_number = int(model.current_round or 0)
+        metrics = self._validate(site, state, net, round_number) if round_number > 0 else {}
+        received = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        metrics["train_loss"] = self._train(site, state, net, received, round_number)
+        meta = {FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(site.train)}
+        if self.method == "playerfl" and round_number == 0:
+            images, labels = self._fresh_batch(site, round_number)
+            meta[protocol.SENSITIVITY] = federation_sensitivity(net, self.loss_fn, images, labels).to_meta()
+        state.model = net.state_dict()
+        save_state(state, site.state_file)
+        upload = self._upload(net, int(model.meta[protocol.SHARED_LAYERS]), ctx.site_name, round_number)
+        if not upload:  # Local, or FedLP dropping every layer: only the sample count and metrics leave the site
+            return FLModel(metrics=metrics, meta=meta)
+        return FLModel(params=upload, params_type=ParamsType.FULL, metrics=metrics, meta=meta)
+
+    def task_evaluate(self, model: FLModel, ctx: SiteContext) -> FLModel:
+        site, state, net = self._prepare(model, ctx)
+        if self.method == "fedbabu":  # a freshly built model: body and head both trainable
+            train_epochs(net, self._train_loader(site, -1), self.loss_fn, self.finetune_epochs, self.learning_rate, self.weight_decay)
+        metrics = self._validate(site, state, net, int(model.total_rounds or 0))
+        save_state(state, site.state_file)
+        best = self._new_model()
+        best.load_state_dict(state.best)
+        test = evaluate(best, site.test)
+        return FLModel(metrics={**metrics, "test_macro_f1": test["macro_f1"], "test_balanced_accuracy": test["balanced_accuracy"],
+                                "best_round": state.best_round, "best_val_macro_f1": state.best_score},
+                       meta={FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(site.train)})
+
+    # ---- steps -------------------------------------------------------------------------------------------------
+
+    def _prepare(self, model: FLModel, ctx: SiteContext) -> tuple[_Site, SiteState, nn.Module]:
+        """Check the method, load data and state, and put the received layers over the site's own model."""
+        sent_method = (model.meta or {}).get(protocol.METHOD)
+        if sent_method != self.method:
+            raise ValueError(f"site {ctx.site_name} runs method {self.method!r} but the server runs {sent_method!r}; fix the job")
+        site = self._load_site(ctx)
+        state = load_state(site.state_file) or self._fresh_state()
+        net = self._new_model()
+        net.load_state_dict(state.model)
+        received = model.params or {}
+        expected = prefix_keys(self.layers, int(model.meta[protocol.SHARED_LAYERS]))
+        if sorted(received) != sorted(expected):
+            raise ValueError(f"site {ctx.site_name}: the server sent {len(received)} parameters, expected the {len(expected)} "
+                             f"of the first {model.meta[protocol.SHARED_LAYERS]} layers")
+        load_numpy_params(net, received, strict=False)
+        return site, state, net
+
+    def _train(self, site: _Site, state: SiteState, net: nn.Module, received: dict, round_number: int) -> float:
+        loader = self._train_loader(site, round_number)
+        args = (self.loss_fn, self.local_epochs, self.learning_rate, self.weight_decay)
+        if self.method == "fedbabu":
+            head = set(self.layers[-1].keys)
+            for name, param in net.named_parameters():
+                param.requires_grad_(name not in head)  # the head stays at its initialisation during federation
+        if self.method == "fedprox":
+            return train_epochs(net, loader, *args, penalty=self._proximal(received, self.fedprox_mu))
+        loss = train_epochs(net, loader, *args)
+        if self.method == "ditto":
+            personal = self._new_model()
+            personal.load_state_dict(state.personal)
+            loss = train_epochs(personal, self._train_loader(site, round_number), *args,
+                                penalty=self._proximal(received, self.ditto_lambda))
+            state.personal = personal.state_dict()
+        return loss
+
+    def _proximal(self, reference_state: dict, mu: float) -> Penalty:
+        """FLARE's FedProx term mu/2 * ||w - w_ref||^2 against the model as received this round."""
+        reference = self._new_model()
+        reference.load_state_dict(reference_state)
+        reference.requires_grad_(False)
+        prox = PTFedProxLoss(mu=mu)
+        return lambda model: prox(model, reference)
+
+    def _validate(self, site: _Site, state: SiteState, net: nn.Module, round_number: int) -> dict[str, float]:
+        """Score the model this site would deploy now and keep it if it is the best so far."""
+        deployed = net
+        if self.method == "ditto":
+            deployed = self._new_model()
+            deployed.load_state_dict(state.personal)
+        scores = evaluate(deployed, site.val)
+        state.offer_snapshot(deployed.state_dict(), scores["macro_f1"], round_number)
+        return {"val_macro_f1": scores["macro_f1"], "val_balanced_accuracy": scores["balanced_accuracy"]}
+
+    def _upload(self, net: nn.Module, shared_layers: int, site_name: str, round_number: int) -> dict[str, np.ndarray]:
+        """The layers this site sends back: the ones it received, or for FedLP each kept with probability `fedlp_keep`."""
+        layers = self.layers[:shared_layers]
+        if self.method == "fedlp":
+            rng = np.random.default_rng([self.seed, zlib.crc32(site_name.encode()), round_number])
+            layers = [layer for layer in layers if rng.random() < self.fedlp_keep]
+        state = net.state_dict()
+        return {k: state[k].detach().cpu().numpy().copy() for layer in layers for k in layer.keys}
+
+    # ---- helpers -----------------------------------------------------------------------------------------------
+
+    def _new_model(self) -> nn.Module:
+        with torch.random.fork_rng():
+            torch.manual_seed(self.seed)  # every site starts from the same initial weights
+            return build_model(self.model, **self.model_args)
+
+    def _fresh_state(self) -> SiteState:
+        initial = self._new_model().state_dict()
+        return SiteState(model=initial, personal=copy.deepcopy(initial) if self.method == "ditto" else None)
+
+    def _load_site(self, ctx: SiteContext) -> _Site:
+        if self._site is None:
+            splits: SiteSplits = load_site_splits(ctx.data_dir(self.dataset), self.seed)
+            loader = lambda records: DataLoader(IsicImages(records, self.image_size), batch_size=self.batch_size)  # noqa: E731
+            self._site = _Site(IsicImages(splits.train, self.image_size), loader(splits.val), loader(splits.test),
+                               state_path(ctx.workspace_dir, self._job_id))
+        return self._site
+
+    def _train_loader(self, site: _Site, round_number: int) -> DataLoader:
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + round_number)
+        return DataLoader(site.train, batch_size=self.batch_size, shuffle=True, generator=generator)
+
+    def _fresh_batch(self, site: _Site, round_number: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One batch of training images drawn independently of the epoch's order (the reference code's choice)."""
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + round_number + 50_000)
+        return next(iter(DataLoader(site.train, batch_size=self.batch_size, shuffle=True, generator=generator)))

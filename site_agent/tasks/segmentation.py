@@ -1,0 +1,140 @@
+"""Site side of the federated brain-tumour segmentation job (SegResNet on the site's glioma MRI cases).
+
+Each `train` task: score the received global model on the site's validation cases (sliding-window Dice TC/WT/ET),
+train it for `local_epochs` on the training cases, optionally privatise the update (clip + Gaussian noise on the
+weight difference), and send the weights with the number of training cases. The `validate` task only scores the
+received model. Metrics also go to TensorBoard through FLARE's experiment tracking when the job names a writer.
+What leaves the site is listed in docs/segmentation.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from nvflare.apis.event_type import EventType
+from nvflare.apis.fl_constant import FLMetaKey
+from nvflare.apis.fl_context import FLContext
+from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
+from nvflare.app_common.tracking.log_writer import LogWriter
+from torch import nn
+
+from site_agent.models import build_model, load_numpy_params, state_dict_to_numpy
+from site_agent.segmentation.data import SiteData, load_site_data, surface_data_errors
+from site_agent.segmentation.dp import noise_std, privatise_update
+from site_agent.segmentation.training import precision, train_epochs, validate
+from site_agent.tasks.executor import SiteContext, TaskExecutor
+
+MODEL = "segresnet"
+VAL_CASES = "val_cases"  # metric: how many validation cases the site's Dice values average over
+TRAIN_LOSS = "train_loss"
+DP_NOISE_STD = "dp_noise_std"
+BRATS_ROI = (224, 224, 144)  # NVIDIA FLARE's BraTS 2018 training crop
+
+
+class SegmentationTask(TaskExecutor):
+    """SegResNet training at a site: sigmoid Dice loss, Adam, MONAI's BraTS augmentation, AMP on CUDA."""
+
+    def __init__(
+        self,
+        model_args: dict | None = None,
+        dataset: str = "brats",
+        roi_size: Sequence[int] = BRATS_ROI,
+        label_map: str = "brats2021",
+        grid: str = "refuse",
+        local_epochs: int = 1,
+        batch_size: int = 1,
+        learning_rate: float = 1e-4,
+        weight_decay: float = 1e-5,
+        val_fraction: float = 0.2,
+        cache_rate: float = 1.0,
+        sw_batch_size: int = 1,
+        sw_overlap: float = 0.5,
+        dp_clip_norm: float = 0.0,
+        dp_noise_multiplier: float = 0.0,
+        analytic_sender_id: str = "",
+        seed: int = 0,
+    ):
+        super().__init__(seed=seed)
+        self.model_args = model_args or {}
+        self.dataset = dataset
+        self.roi_size = list(roi_size)
+        self.label_map = label_map
+        self.grid = grid
+        self.local_epochs = local_epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.val_fraction = val_fraction
+        self.cache_rate = cache_rate
+        self.sw_batch_size = sw_batch_size
+        self.sw_overlap = sw_overlap
+        self.dp_clip_norm = dp_clip_norm
+        self.dp_noise_multiplier = dp_noise_multiplier
+        self.analytic_sender_id = analytic_sender_id
+        self._data: dict[Path, SiteData] = {}
+        self._writer: LogWriter | None = None
+
+    def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
+        if event_type == EventType.START_RUN and self.analytic_sender_id:
+            self._writer = fl_ctx.get_engine().get_component(self.analytic_sender_id)
+            if self._writer is None:
+                self.system_panic(f"the job names tracking component {self.analytic_sender_id!r} but does not define it", fl_ctx)
+
+    def task_train(self, model: FLModel, ctx: SiteContext) -> FLModel:
+        with surface_data_errors():  # cases beyond cache_rate are read (and may fail) during the round
+            return self.train(model, ctx)
+
+    def task_validate(self, model: FLModel, ctx: SiteContext) -> FLModel:
+        with surface_data_errors():
+            data = self.site_data(ctx)
+            metrics = self.score(self.network(model.params, ctx.device), data, ctx.device)
+        self.track(metrics, model.current_round)
+        return FLModel(metrics=metrics)
+
+    def train(self, model: FLModel, ctx: SiteContext) -> FLModel:
+        """Score the received model, train it locally, privatise the update when DP is on."""
+        data = self.site_data(ctx)
+        net = self.network(model.params, ctx.device)
+        metrics = self.score(net, data, ctx.device)
+        self.logger.info(f"training on {ctx.device} with {precision(ctx.device)}: {len(data.split.train)} cases, "
+                         f"{self.local_epochs} epoch(s), ROI {self.roi_size}")
+        optimizer = torch.optim.Adam(net.parameters(), lr=self.learning_rate, weight_decay=self.weight_decay)
+        loader = data.train_loader(self.batch_size, seed=self.seed + 7919 * (model.current_round or 0))
+        metrics[TRAIN_LOSS] = train_epochs(net, loader, optimizer, ctx.device, self.local_epochs,
+                                           lambda: ctx.abort_signal.triggered)
+        params = state_dict_to_numpy(net)
+        if self.dp_clip_norm > 0:
+            # OS entropy, never the job seed: a noise seed the server knows would let it subtract the noise
+            params = privatise_update(model.params, params, self.dp_clip_norm, self.dp_noise_multiplier, np.random.default_rng())
+            metrics[DP_NOISE_STD] = noise_std(self.dp_clip_norm, self.dp_noise_multiplier)
+        self.track(metrics, model.current_round)
+        return FLModel(params=params, params_type=ParamsType.FULL, metrics=metrics,
+                       meta={FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(data.split.train)})
+
+    def site_data(self, ctx: SiteContext) -> SiteData:
+        """The site's split and cached datasets, read (and validated) once per job."""
+        folder = ctx.data_dir(self.dataset)
+        if folder not in self._data:
+            self._data[folder] = load_site_data(folder, self.roi_size, self.label_map, self.grid, self.val_fraction,
+                                                self.cache_rate, self.seed)
+        return self._data[folder]
+
+    def network(self, params: dict[str, np.ndarray], device: torch.device) -> nn.Module:
+        net = build_model(MODEL, **self.model_args)
+        load_numpy_params(net, params)
+        return net.to(device)
+
+    def score(self, net: nn.Module, data: SiteData, device: torch.device) -> dict[str, float]:
+        """Dice of `net` (the global model as received) on the validation cases, and how many there are."""
+        dice = validate(net, data.val_loader(), self.roi_size, device, self.sw_batch_size, self.sw_overlap)
+        return {**dice, VAL_CASES: float(len(data.split.val))}
+
+    def track(self, metrics: dict[str, float], round_index: int | None) -> None:
+        """Send each metric to the job's TensorBoard writer (step = rounds aggregated into the model scored)."""
+        if self._writer is None:
+            return
+        for tag, value in metrics.items():
+            self._writer.add_scalar(tag, value, global_step=int(round_index or 0))

@@ -1,0 +1,112 @@
+"""The FedKT-CSD job in FLARE's simulator: three sites, a trained tiny autoencoder, every output the admin downloads."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from jobs.common import export
+from jobs.fedkt_csd.job import build_job
+from jobs.simulate import SimulationRun, simulate
+from provisioning.policy import server_allow_list, site_allow_list
+from server_app import fedkt_outputs as outputs
+from server_app.server_config import write_server_config
+from site_agent.data.isic import GROUND_TRUTH_CSV, PLAYERFL_CLASSES
+from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.fedkt.demo_autoencoder import public_images, train_autoencoder
+from site_agent.fedkt.wire import class_length
+from site_agent.models.dcae import save_autoencoder
+
+SITES = ["site-1", "site-2", "site-3"]
+IMAGES_PER_SITE = 32
+SAMPLES_PER_CLASS = 6
+MANIFEST_KEYS = {"epsilon", "delta", "clip_norm", "adjacency", "method", "num_queries", "noise_multiplier",
+                 "sensitivity_mean", "sensitivity_outer", "sensitivity_count", "std_mean", "std_outer", "std_count",
+                 "accounted_epsilon", "counts_noised", "bias_correction", "eigenvalue_floor", "min_count",
+                 "released_classes", "withheld_classes", "counts_used", "noise_seed", "autoencoder", "classes",
+                 "sites", "session", "samples_per_class", "image_size", "sampling_seed", "site_agent_version"}
+
+
+@pytest.fixture(scope="module")
+def autoencoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny AutoencoderDC trained for a few steps on public images, saved like a published checkpoint."""
+    model = train_autoencoder(public_images(16), steps=3, batch_size=8)
+    return save_autoencoder(model, tmp_path_factory.mktemp("ae") / "tiny-dcae", clip_norm=8.0, provenance="test")
+
+
+def _federation(root: Path, autoencoder_dir: Path) -> dict[str, str]:
+    for index, site in enumerate(SITES, start=1):
+        write_isic_site(root / "data" / site / "isic", index, len(SITES), IMAGES_PER_SITE, alpha=10.0)
+    write_server_config(root / "ws", {"dcae": str(autoencoder_dir)})
+    return {"isic": str(root / "data" / "{site_name}" / "isic"), "dcae": str(autoencoder_dir)}
+
+
+def _run(root: Path, autoencoder_dir: Path, **params) -> SimulationRun:
+    datasets = _federation(root, autoencoder_dir)
+    job_dir = export(build_job(noise_seed=1, **params), root / "job")
+    return simulate(job_dir, root / "ws", SITES, datasets, timeout=300)
+
+
+def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
+    job_dir = export(build_job(epsilon=4.0, reviewed_statistics="fedkt_reviewed"), tmp_path)
+
+    files = sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("*") if p.is_file())
+    server = json.loads((job_dir / "app/config/config_fed_server.json").read_text())["workflows"][0]
+    client = json.loads((job_dir / "app/config/config_fed_client.json").read_text())["executors"][0]["executor"]
+
+    assert files == ["app/config/config_fed_client.json", "app/config/config_fed_server.json", "meta.json"]
+    assert server["path"] in server_allow_list() and server["args"]["epsilon"] == 4.0
+    assert client["path"] in site_allow_list() and client["args"]["reviewed_statistics"] == "fedkt_reviewed"
+    assert client["args"]["classes"] == list(PLAYERFL_CLASSES)
+
+
+@pytest.mark.simulator
+def test_simulator_releases_synthetic_set_with_requested_counts_and_complete_manifest(tmp_path, autoencoder_dir):
+    run = _run(tmp_path, autoencoder_dir, samples_per_class=SAMPLES_PER_CLASS, evaluate=True, classifier_epochs=1)
+
+    assert not run.aborted(), run.server_log.read_text()[-3000:]
+    out = run.server_app_dir
+    results = json.loads((out / "results.json").read_text())
+    manifest = json.loads((out / outputs.MANIFEST_FILE).read_text())
+    with (out / outputs.SYNTHETIC_DIR / outputs.LABELS_FILE).open() as stream:
+        rows = list(csv.DictReader(stream))
+    arrays = np.load(out / outputs.SYNTHETIC_DIR / outputs.ARRAY_FILE)
+    dp = np.load(out / outputs.DP_STATISTICS_FILE)
+    released = [PLAYERFL_CLASSES[c] for c in manifest["released_classes"]]
+    assert results["status"] == "finished" and results["sites"] == SITES
+    assert MANIFEST_KEYS <= set(manifest) and manifest["noise_seed"] == "secret, not recorded"
+    assert manifest["autoencoder"]["name"] == "tiny-dcae" and manifest["autoencoder"]["clip_norm"] == 8.0
+    assert len(released) >= 3
+    assert Counter(r["class"] for r in rows) == {name: SAMPLES_PER_CLASS for name in released}
+    assert all((out / outputs.SYNTHETIC_DIR / r["file"]).is_file() for r in rows)
+    assert arrays["images"].shape == (len(rows), 3, 64, 64) and arrays["images"].dtype == np.uint8
+    assert [PLAYERFL_CLASSES[i] for i in arrays["labels"]] == [r["class"] for r in rows]
+    assert sorted(p.stem for p in (out / outputs.GRID_DIR).glob("*.png")) == sorted(released)
+    assert Image.open(out / outputs.GRID_DIR / f"{released[0]}.png").size == (8 * 66, 66)
+    assert dp["sums"].shape == (4, 128) and dp["outer_upper"].shape == (4, class_length(128) - 129)
+    assert sum(manifest["counts_used"]) == pytest.approx(3 * (IMAGES_PER_SITE - 6), abs=8)  # noisy, std 0.87
+    assert set(results["evaluation"]) == set(SITES)
+    assert all(0.0 <= m["balanced_accuracy"] <= 1.0 and m["num_test"] == 6 for m in results["evaluation"].values())
+
+
+@pytest.mark.simulator
+def test_site_failing_after_the_key_exchange_stops_the_job_naming_it(tmp_path, autoencoder_dir):
+    datasets = _federation(tmp_path, autoencoder_dir)
+    (tmp_path / "data" / "site-3" / "isic" / GROUND_TRUTH_CSV).unlink()  # keys still work; statistics cannot
+    job_dir = export(build_job(noise_seed=1), tmp_path / "job")
+
+    run = simulate(job_dir, tmp_path / "ws", SITES, datasets, timeout=300)
+
+    results = json.loads((run.server_app_dir / "results.json").read_text())
+    assert run.aborted()
+    assert results["status"] == "failed"
+    assert "site(s) site-3 took part in the key exchange but sent no masked statistics" in results["error"]
+    assert "site(s) site-3 took part in the key exchange" in run.server_log.read_text()
+    assert not (run.server_app_dir / outputs.MANIFEST_FILE).exists()
+    assert not (run.server_app_dir / outputs.SYNTHETIC_DIR).exists()

@@ -1,0 +1,51 @@
+"""PLayer-FL, FedAvg and Local as real FLARE jobs in the simulator (4 label-skewed ISIC-format sites) and the report."""
+
+import json
+
+import pytest
+
+from jobs.common import export
+from jobs.playerfl.compare import run_playerfl_demo
+from jobs.playerfl.job import build_job
+from site_agent import __version__
+
+NARROW_CNN5 = {"channels": [8, 16, 32, 64, 64], "hidden": 32}
+
+
+def test_exported_job_ships_no_code_and_keeps_every_parameter(tmp_path):
+    job_dir = export(build_job(method="ditto", num_rounds=4, image_size=64, threshold=2.0, ditto_lambda=0.3), tmp_path)
+
+    files = sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("*") if p.is_file())
+    meta = json.loads((job_dir / "meta.json").read_text())
+    server = json.loads((job_dir / "app/config/config_fed_server.json").read_text())["workflows"][0]
+    client = json.loads((job_dir / "app/config/config_fed_client.json").read_text())["executors"][0]["executor"]
+
+    assert files == ["app/config/config_fed_client.json", "app/config/config_fed_server.json", "meta.json"]
+    assert meta["site_agent_version"] == __version__
+    assert server["path"] == "server_app.playerfl.PLayerFLController"
+    assert server["args"] | {"method": "ditto", "num_rounds": 4, "threshold": 2.0, "model_args": {"num_classes": 4, "in_size": 64}} == server["args"]
+    assert client["path"] == "site_agent.tasks.playerfl.PLayerFLTask"
+    assert client["args"] | {"method": "ditto", "ditto_lambda": 0.3, "image_size": 64} == client["args"]
+
+
+@pytest.mark.simulator
+def test_playerfl_fedavg_and_local_finish_and_the_report_has_every_metric(tmp_path):
+    report = run_playerfl_demo(tmp_path, num_rounds=3, model_args=NARROW_CNN5)
+
+    runs = {p.parent.parent.parent.parent.name: json.loads(p.read_text()) for p in (tmp_path / "runs").rglob("results.json")}
+    playerfl = runs["playerfl-seed0"]
+    split = playerfl["rounds"][0]["split"]
+    prefix = split["layers"][: split["federated_layers"]]
+    assert {r["status"] for r in runs.values()} == {"finished"}
+    assert 1 <= split["federated_layers"] < len(split["layers"])
+    assert set(split["site_curves"]) == {"site-1", "site-2", "site-3", "site-4"}
+    for entry in playerfl["rounds"][1:]:
+        assert {site: v["sent_layers"] for site, v in entry["sites"].items()} == {s: prefix for s in split["site_curves"]}
+    assert all(v["sent_layers"] == [] for v in runs["local-seed0"]["rounds"][-1]["sites"].values())
+    assert all(v["sent_layers"] == split["layers"] for v in runs["fedavg-seed0"]["rounds"][-1]["sites"].values())
+    summary = json.loads((report.parent / "summary.json").read_text())
+    for method in ("playerfl", "fedavg", "local"):
+        row = summary["methods"][method]
+        assert all(row[k] is not None and 0.0 <= row[k][0] <= 1.0 for k in row if k != "seeds"), (method, row)
+    assert "| playerfl | 1 |" in report.read_text()
+    assert {p.name for p in report.parent.glob("*.png")} == {"sites_test_macro_f1.png", "sites_test_balanced_accuracy.png", "sensitivity_seed0.png"}

@@ -1,0 +1,62 @@
+"""The server's split rule: sample-weighted curves, the first jump decides p, the last layer stays local."""
+
+import numpy as np
+import pytest
+
+from server_app.playerfl import choose_split, combine_curves, sensitivity_ratios, split_over_thresholds
+
+# Importance 1, 1, 1, then a layer 20x more sensitive: ratios 2, 1.5, 7.67, ... -> federate the first 3 layers.
+JUMP_CURVE = np.cumsum([1.0, 1.0, 1.0, 20.0, 30.0, 40.0]).tolist()
+
+
+def test_curve_with_a_jump_federates_the_layers_before_it():
+    p = choose_split(JUMP_CURVE, threshold=3.0)
+
+    assert p == 3
+
+
+def test_split_is_stable_over_a_grid_of_thresholds():
+    thresholds = [2.5, 3.0, 4.0, 5.0, 7.0]
+
+    splits = split_over_thresholds(JUMP_CURVE, thresholds)
+
+    assert set(splits.values()) == {3}
+
+
+def test_low_threshold_stops_at_the_first_increase():
+    assert choose_split(JUMP_CURVE, threshold=1.8) == 1
+
+
+def test_flat_curve_keeps_only_the_last_layer_local():
+    flat = np.cumsum([5.0, 0.1, 0.1, 0.1]).tolist()
+
+    assert choose_split(flat, threshold=1.5) == 3
+
+
+@pytest.mark.parametrize("curve", [[1.0, 1.0], [0.0, 0.0, 0.0], np.cumsum([1.0] * 10).tolist()])
+def test_last_layer_always_stays_local(curve):
+    for t in (1.01, 1.5, 100.0):
+        assert 1 <= choose_split(curve, t) <= len(curve) - 1
+
+
+def test_step_from_zero_counts_as_a_jump():
+    assert sensitivity_ratios([0.0, 0.0, 2.0]).tolist() == [1.0, np.inf]
+    assert choose_split([0.0, 0.0, 2.0, 2.1], threshold=2.0) == 2
+
+
+def test_sites_are_combined_weighted_by_samples():
+    curves = {"site-1": [1.0, 2.0], "site-2": [4.0, 8.0]}
+
+    combined = combine_curves(curves, {"site-1": 3, "site-2": 1})
+
+    np.testing.assert_allclose(combined, [1.75, 3.5])
+
+
+def test_curves_of_different_length_are_refused():
+    with pytest.raises(ValueError, match="different lengths"):
+        combine_curves({"site-1": [1.0, 2.0], "site-2": [1.0]}, {"site-1": 1, "site-2": 1})
+
+
+def test_threshold_must_exceed_one():
+    with pytest.raises(ValueError, match="exceed 1"):
+        choose_split(JUMP_CURVE, threshold=1.0)

@@ -1,0 +1,58 @@
+"""Server side of the segmentation job: best-model selection, and a job that ships no code and passes the allow-lists."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from jobs.common import export
+from jobs.segmentation.job import CPU_DEMO, build_job
+from provisioning.policy import server_allow_list, site_allow_list
+from server_app.selection import BestModel, site_weighted_mean
+
+
+def test_selection_metric_is_weighted_by_the_sites_validation_cases():
+    metrics = {"a": {"dice": 0.9, "n": 1.0}, "b": {"dice": 0.3, "n": 3.0}}
+
+    assert site_weighted_mean(metrics, "dice", "n") == pytest.approx(0.45)
+    assert site_weighted_mean(metrics, "dice") == pytest.approx(0.6)
+
+
+def test_selection_names_sites_missing_the_metric():
+    with pytest.raises(ValueError, match=r"sites \['b'\] did not report 'dice'"):
+        site_weighted_mean({"a": {"dice": 0.5}, "b": {"loss": 1.0}}, "dice")
+
+
+def test_best_model_keeps_the_highest_scoring_round_and_its_weights():
+    best = BestModel("dice")
+    rounds = [({"w": np.zeros(1)}, 0.2), ({"w": np.ones(1)}, 0.7), ({"w": np.full(1, 2.0)}, 0.5)]
+
+    records = [best.observe(r, params, {"site": {"dice": value}}) for r, (params, value) in enumerate(rounds)]
+
+    assert [r["model_round"] for r in records] == [0, 1, 2]
+    assert best.summary() == {"metric": "dice", "weight": None, "value": 0.7, "model_round": 1}
+    np.testing.assert_array_equal(best.params["w"], np.ones(1))
+
+
+def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
+    job_dir = export(build_job(num_rounds=2, aggregation="median", dp_clip_norm=1.0, dp_noise_multiplier=0.1, **CPU_DEMO), tmp_path)
+
+    files = sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("*") if p.is_file())
+    client = json.loads((job_dir / "app/config/config_fed_client.json").read_text())
+    server = json.loads((job_dir / "app/config/config_fed_server.json").read_text())
+    site_paths = [e["executor"]["path"] for e in client["executors"]] + [c["path"] for c in client["components"]]
+    server_paths = [w["path"] for w in server["workflows"]] + [c["path"] for c in server["components"]]
+
+    assert files == ["app/config/config_fed_client.json", "app/config/config_fed_server.json", "meta.json"]
+    assert set(site_paths) <= set(site_allow_list()) and set(server_paths) <= set(server_allow_list())
+    assert client["executors"][0]["tasks"] == ["*"]  # train and validate
+    assert client["executors"][0]["executor"]["args"] | {"dp_clip_norm": 1.0, "dp_noise_multiplier": 0.1} == client["executors"][0]["executor"]["args"]
+    assert server["workflows"][0]["args"]["aggregation"] == "median"
+
+
+@pytest.mark.parametrize("roi_size, message", [((30, 32, 32), "multiple of 4"), ((32, 32), "give 3 sizes")])
+def test_job_refuses_roi_sizes_the_network_cannot_tile(roi_size, message):
+    with pytest.raises(ValueError, match=message):
+        build_job(**{**CPU_DEMO, "roi_size": roi_size})

@@ -1,0 +1,94 @@
+"""Site-side building blocks of the segmentation job, without FLARE: model, case split, data errors, DP."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from site_agent.data.brats_case import MODALITIES, BratsCase
+from site_agent.data.reader import DataError
+from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.models import build_model
+from site_agent.models.segmentation import IN_CHANNELS, segresnet
+from site_agent.segmentation.data import load_site_data, split_cases
+from site_agent.segmentation.dp import privatise_update
+from site_agent.segmentation.training import DICE_KEYS, train_epochs, validate
+
+
+def test_registry_builds_the_brats_segresnet():
+    net = build_model("segresnet")
+
+    assert IN_CHANNELS == len(MODALITIES)
+    assert net.convInit.conv.in_channels == 4 and net.conv_final[-1].conv.out_channels == 3
+    assert [len(layer) - 1 for layer in net.down_layers] == [1, 2, 2, 4]  # each level: downsample + its blocks
+
+
+def test_segresnet_refuses_widths_its_group_norm_cannot_split():
+    with pytest.raises(ValueError, match="multiple of 8"):
+        segresnet(init_filters=4)
+
+
+def _cases(n: int) -> list[BratsCase]:
+    return [BratsCase(f"Case{i:03d}", ()) for i in range(n)]
+
+
+def test_split_is_seeded_disjoint_and_keeps_a_case_on_each_side():
+    cases = _cases(5)
+
+    split = split_cases(cases, val_fraction=0.2, seed=3)
+    tiny = split_cases(_cases(2), val_fraction=0.9, seed=0)
+
+    assert split == split_cases(cases, val_fraction=0.2, seed=3)
+    assert len(split.val) == 1 and len(split.train) == 4
+    assert {c.case_id for c in split.train} | {c.case_id for c in split.val} == {c.case_id for c in cases}
+    assert len(tiny.train) == 1 and len(tiny.val) == 1
+
+
+def test_a_broken_case_is_named_not_hidden_behind_monai(tmp_path):
+    write_brats_site(tmp_path, 2, n_cases=3, shape=(16, 16, 16), layout="nifti")
+    broken = tmp_path / "Site2_001" / "Site2_001_t2.nii.gz"
+    broken.write_bytes(broken.read_bytes()[:300])
+
+    with pytest.raises(DataError, match="Site2_001/Site2_001_t2.nii.gz: not a readable NIfTI"):
+        load_site_data(tmp_path, (16, 16, 16), val_fraction=0.4)
+
+
+def test_training_lowers_the_loss_and_validation_scores_every_region(tmp_path):
+    write_brats_site(tmp_path, 1, n_cases=3, shape=(16, 16, 16), layout="nifti")
+    data = load_site_data(tmp_path, (16, 16, 16), val_fraction=0.34)
+    torch.manual_seed(0)
+    net = segresnet(init_filters=8, blocks_down=(1, 1, 1), blocks_up=(1, 1), dropout_prob=0.0)
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-2)
+    cpu = torch.device("cpu")
+
+    first = train_epochs(net, data.train_loader(1, seed=0), optimizer, cpu, epochs=1)
+    later = train_epochs(net, data.train_loader(1, seed=1), optimizer, cpu, epochs=6)
+    dice = validate(net, data.val_loader(), (16, 16, 16), cpu)
+
+    assert later < first
+    assert set(dice) == set(DICE_KEYS) and all(0.0 <= v <= 1.0 for v in dice.values())
+    assert dice["val_dice_mean"] == pytest.approx(np.mean([dice["val_dice_tc"], dice["val_dice_wt"], dice["val_dice_et"]]))
+
+
+def test_dp_clips_the_weight_difference_and_adds_noise_of_the_stated_std():
+    rng = np.random.default_rng(0)
+    global_params = {"a": np.zeros((200, 200), np.float32), "b": np.ones(10, np.float32)}
+    local = {"a": np.full((200, 200), 0.5, np.float32), "b": np.ones(10, np.float32) * 2}
+
+    clipped = privatise_update(global_params, local, clip_norm=1.0, noise_multiplier=0.0, rng=rng)
+    noisy = privatise_update(global_params, global_params, clip_norm=1.0, noise_multiplier=0.5, rng=rng)
+
+    diff_norm = np.sqrt(sum(np.sum((clipped[k].astype(np.float64) - global_params[k]) ** 2) for k in clipped))
+    assert diff_norm == pytest.approx(1.0, rel=1e-5)
+    assert clipped["a"].dtype == np.float32 and clipped["b"].shape == (10,)
+    assert np.std(noisy["a"]) == pytest.approx(0.5, rel=0.02)
+
+
+def test_dp_leaves_a_small_update_unclipped():
+    global_params = {"w": np.zeros(4, np.float32)}
+    local = {"w": np.array([0.1, 0.0, 0.0, 0.0], np.float32)}
+
+    sent = privatise_update(global_params, local, clip_norm=1.0, noise_multiplier=0.0, rng=np.random.default_rng(0))
+
+    np.testing.assert_allclose(sent["w"], local["w"])
