@@ -55,9 +55,10 @@ def site_pass(model: torch.nn.Module, n_images: int, repeats: int) -> dict[str, 
     labels = torch.arange(n_images) % 4
     bare, stats = [], []
     site_statistics(model, x, labels, 4, R)  # warm-up
-    for _ in range(repeats):  # interleaved, so that load from other processes hits both alike
-        bare.append(_median_time(lambda: encode_latents(model, x), 1))
-        stats.append(_median_time(lambda: site_statistics(model, x, labels, 4, R), 1))
+    for i in range(repeats):  # interleaved, alternating which goes first, so that load and warm-up hit both alike
+        pair = [(bare, lambda: encode_latents(model, x)), (stats, lambda: site_statistics(model, x, labels, 4, R))]
+        for times, fn in pair if i % 2 == 0 else pair[::-1]:
+            times.append(_median_time(fn, 1))
     with FlopCounterMode(display=False) as counter, torch.inference_mode():
         model.encode(x[:1])
     flops_per_image = counter.get_total_flops()

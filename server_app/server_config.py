@@ -8,12 +8,13 @@ server maps it to a local folder here. In FLARE's simulator the server and the s
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from site_agent.local_config import read_folder_map, resolve_folder, write_folder_map
+
 CONFIG_FILE = "server_app.json"
-DEVICES = ("auto", "cpu", "cuda")
+EXAMPLE = '{"models": {"dcae": "/path/to/autoencoder"}, "device": "auto"}'
 
 
 class ServerConfigError(ValueError):
@@ -29,36 +30,14 @@ class ServerConfig:
     @classmethod
     def load(cls, path: Path) -> ServerConfig:
         path = Path(path)
-        example = '{"models": {"dcae": "/path/to/autoencoder"}, "device": "auto"}'
-        if not path.is_file():
-            raise ServerConfigError(f"{path}: server configuration not found; create it with e.g. {example} "
-                                    "(see docs/fedkt-csd.md)")
-        try:
-            raw = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ServerConfigError(f"{path}: not valid JSON ({exc}); fix the file") from exc
-        models = raw.get("models", {}) if isinstance(raw, dict) else None
-        if not isinstance(models, dict) or not all(isinstance(v, str) for v in models.values()):
-            raise ServerConfigError(f'{path}: expected {example}: "models" must map model keys to folder paths')
-        unknown = sorted(set(raw) - {"models", "device"})
-        if unknown or raw.get("device", "auto") not in DEVICES:
-            raise ServerConfigError(f'{path}: allowed fields are "models" and "device" (one of {list(DEVICES)}); '
-                                    f"got unknown fields {unknown}, device {raw.get('device')!r}")
-        return cls(path, models, raw.get("device", "auto"))
+        models, device = read_folder_map(path, "models", EXAMPLE, "docs/fedkt-csd.md", ServerConfigError)
+        return cls(path, models, device)
 
     def model_dir(self, key: str) -> Path:
         """The local folder of model `key`, which must exist."""
-        if key not in self.models:
-            raise ServerConfigError(f'{self.path}: no model "{key}" configured; add "models": {{"{key}": "/path/to/folder"}}')
-        folder = Path(self.models[key]).expanduser()
-        if not folder.is_dir():
-            raise ServerConfigError(f'{self.path}: model "{key}" points to {folder}, which is not a folder')
-        return folder
+        return resolve_folder(self.path, self.models, "model", key, ServerConfigError)
 
 
 def write_server_config(kit_dir: Path, models: dict[str, str], device: str = "auto") -> Path:
     """Write `<kit>/local/server_app.json` (for the lead's setup scripts, the demo and tests)."""
-    path = Path(kit_dir) / "local" / CONFIG_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"models": models, "device": device}, indent=2) + "\n")
-    return path
+    return write_folder_map(Path(kit_dir) / "local" / CONFIG_FILE, "models", models, device, ServerConfigError)

@@ -1,8 +1,7 @@
 """The site's own configuration, written by site IT into the startup kit: `<kit>/local/site_agent.json`.
 
 Jobs never carry paths to patient data: a job names a dataset key (e.g. "linear", "brats") and the site maps
-it to a local folder here. A path may contain `{site_name}` (used by the simulator, where all simulated sites
-share one config file).
+it to a local folder here (format and checks: `site_agent.local_config`).
 
     {"datasets": {"linear": "/data/fl/linear"}, "device": "auto"}
 """
@@ -10,12 +9,13 @@ share one config file).
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from site_agent.local_config import DEVICES, read_folder_map, resolve_folder, write_folder_map
+
 CONFIG_FILE = "site_agent.json"
-DEVICES = ("auto", "cpu", "cuda")
+EXAMPLE = '{"datasets": {"linear": "/path/to/data"}, "device": "auto"}'
 
 
 class SiteConfigError(ValueError):
@@ -31,26 +31,7 @@ class SiteConfig:
     @classmethod
     def load(cls, path: Path) -> SiteConfig:
         path = Path(path)
-        if not path.is_file():
-            raise SiteConfigError(
-                f"{path}: site configuration not found; create it with e.g. "
-                '{"datasets": {"linear": "/path/to/data"}} (see docs/site-it-guide.md)'
-            )
-        try:
-            raw = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise SiteConfigError(f"{path}: not valid JSON ({exc}); fix the file") from exc
-        if not isinstance(raw, dict):
-            raise SiteConfigError(f"{path}: expected a JSON object with a 'datasets' field")
-        unknown = sorted(set(raw) - {"datasets", "device"})
-        if unknown:
-            raise SiteConfigError(f"{path}: unknown fields {unknown}; allowed: datasets, device")
-        datasets = raw.get("datasets", {})
-        if not isinstance(datasets, dict) or not all(isinstance(v, str) for v in datasets.values()):
-            raise SiteConfigError(f'{path}: "datasets" must map dataset names to folder paths')
-        device = raw.get("device", "auto")
-        if device not in DEVICES:
-            raise SiteConfigError(f'{path}: "device" is {device!r}; use one of {list(DEVICES)}')
+        datasets, device = read_folder_map(path, "datasets", EXAMPLE, "docs/site-it-guide.md", SiteConfigError)
         return cls(path=path, datasets=datasets, device=device)
 
     @classmethod
@@ -59,24 +40,12 @@ class SiteConfig:
 
     def data_dir(self, dataset: str, site_name: str) -> Path:
         """The local folder of `dataset`, which must exist."""
-        if dataset not in self.datasets:
-            raise SiteConfigError(
-                f'{self.path}: no dataset "{dataset}" configured; add "datasets": {{"{dataset}": "/path/to/folder"}}'
-            )
-        folder = Path(self.datasets[dataset].replace("{site_name}", site_name)).expanduser()
-        if not folder.is_dir():
-            raise SiteConfigError(f'{self.path}: dataset "{dataset}" points to {folder}, which is not a folder')
-        return folder
+        return resolve_folder(self.path, self.datasets, "dataset", dataset, SiteConfigError, site_name)
 
 
 def write_site_config(kit_dir: Path, datasets: dict[str, str], device: str = "auto") -> Path:
     """Write `<kit>/local/site_agent.json` (what `site-agent configure` does for site IT)."""
-    if device not in DEVICES:
-        raise SiteConfigError(f"device {device!r} is not one of {list(DEVICES)}")
-    path = Path(kit_dir) / "local" / CONFIG_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"datasets": datasets, "device": device}, indent=2) + "\n")
-    return path
+    return write_folder_map(Path(kit_dir) / "local" / CONFIG_FILE, "datasets", datasets, device, SiteConfigError)
 
 
 def _configure(args: argparse.Namespace) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.segmentation.job import CPU_DEMO_DATA
@@ -29,3 +31,40 @@ def provision_demo_federation(workspace: Path, name: str = "hospital-federation"
     return federation
 
 
+
+
+JOB_FILES = ["app/config/config_fed_client.json", "app/config/config_fed_server.json", "meta.json"]
+
+
+@dataclass(frozen=True)
+class ExportedJob:
+    """An exported job folder as the FLARE console would receive it."""
+
+    files: list[str]
+    meta: dict
+    client: dict  # config_fed_client.json
+    server: dict  # config_fed_server.json
+
+    @property
+    def executor(self) -> dict:
+        return self.client["executors"][0]["executor"]
+
+    @property
+    def workflow(self) -> dict:
+        return self.server["workflows"][0]
+
+    def site_classes(self) -> list[str]:
+        return [e["executor"]["path"] for e in self.client["executors"]] + [c["path"] for c in self.client["components"]]
+
+    def server_classes(self) -> list[str]:
+        return [w["path"] for w in self.server["workflows"]] + [c["path"] for c in self.server["components"]]
+
+
+def read_exported_job(job_dir: Path) -> ExportedJob:
+    config = job_dir / "app" / "config"
+    return ExportedJob(
+        files=sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("*") if p.is_file()),
+        meta=json.loads((job_dir / "meta.json").read_text()),
+        client=json.loads((config / "config_fed_client.json").read_text()),
+        server=json.loads((config / "config_fed_server.json").read_text()),
+    )

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from support import JOB_FILES, read_exported_job
 
 from jobs.common import export
 from jobs.fedkt_csd.job import build_job
@@ -56,11 +57,10 @@ def _run(root: Path, autoencoder_dir: Path, **params) -> SimulationRun:
 def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
     job_dir = export(build_job(epsilon=4.0, reviewed_statistics="fedkt_reviewed"), tmp_path)
 
-    files = sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("*") if p.is_file())
-    server = json.loads((job_dir / "app/config/config_fed_server.json").read_text())["workflows"][0]
-    client = json.loads((job_dir / "app/config/config_fed_client.json").read_text())["executors"][0]["executor"]
+    job = read_exported_job(job_dir)
+    server, client = job.workflow, job.executor
 
-    assert files == ["app/config/config_fed_client.json", "app/config/config_fed_server.json", "meta.json"]
+    assert job.files == JOB_FILES
     assert server["path"] in server_allow_list() and server["args"]["epsilon"] == 4.0
     assert client["path"] in site_allow_list() and client["args"]["reviewed_statistics"] == "fedkt_reviewed"
     assert client["args"]["classes"] == list(PLAYERFL_CLASSES)

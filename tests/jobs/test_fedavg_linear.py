@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support import JOB_FILES, read_exported_job
 
 from jobs.common import export
 from jobs.fedavg_linear.job import build_job
@@ -32,13 +33,11 @@ def _results(run) -> dict:
 def test_exported_job_ships_no_code_and_records_parameters(tmp_path):
     job_dir = export(build_job(num_rounds=2, local_steps=3, aggregation="trimmed_mean", trim_fraction=0.2), tmp_path)
 
-    files = sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("*") if p.is_file())
-    meta = json.loads((job_dir / "meta.json").read_text())
-    server = json.loads((job_dir / "app/config/config_fed_server.json").read_text())["workflows"][0]
-    client = json.loads((job_dir / "app/config/config_fed_client.json").read_text())["executors"][0]["executor"]
+    job = read_exported_job(job_dir)
+    server, client = job.workflow, job.executor
 
-    assert files == ["app/config/config_fed_client.json", "app/config/config_fed_server.json", "meta.json"]
-    assert meta["site_agent_version"] == __version__
+    assert job.files == JOB_FILES
+    assert job.meta["site_agent_version"] == __version__
     assert server["path"] == "server_app.fedavg.FedAvgController"
     assert server["args"] | {"num_rounds": 2, "aggregation": "trimmed_mean", "trim_fraction": 0.2} == server["args"]
     assert client == {"path": "site_agent.tasks.linear_regression.LinearRegressionTask", "args": {"local_steps": 3}}

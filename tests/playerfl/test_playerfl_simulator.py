@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from support import JOB_FILES, read_exported_job
 
 from jobs.common import export
 from jobs.playerfl.compare import run_playerfl_demo
@@ -15,13 +16,11 @@ NARROW_CNN5 = {"channels": [8, 16, 32, 64, 64], "hidden": 32}
 def test_exported_job_ships_no_code_and_keeps_every_parameter(tmp_path):
     job_dir = export(build_job(method="ditto", num_rounds=4, image_size=64, threshold=2.0, ditto_lambda=0.3), tmp_path)
 
-    files = sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("*") if p.is_file())
-    meta = json.loads((job_dir / "meta.json").read_text())
-    server = json.loads((job_dir / "app/config/config_fed_server.json").read_text())["workflows"][0]
-    client = json.loads((job_dir / "app/config/config_fed_client.json").read_text())["executors"][0]["executor"]
+    job = read_exported_job(job_dir)
+    server, client = job.workflow, job.executor
 
-    assert files == ["app/config/config_fed_client.json", "app/config/config_fed_server.json", "meta.json"]
-    assert meta["site_agent_version"] == __version__
+    assert job.files == JOB_FILES
+    assert job.meta["site_agent_version"] == __version__
     assert server["path"] == "server_app.playerfl.PLayerFLController"
     assert server["args"] | {"method": "ditto", "num_rounds": 4, "threshold": 2.0, "model_args": {"num_classes": 4, "in_size": 64}} == server["args"]
     assert client["path"] == "site_agent.tasks.playerfl.PLayerFLTask"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
+from support import JOB_FILES, read_exported_job
 
 from jobs.common import export
 from jobs.segmentation.job import CPU_DEMO, build_job
@@ -39,14 +39,11 @@ def test_best_model_keeps_the_highest_scoring_round_and_its_weights():
 def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
     job_dir = export(build_job(num_rounds=2, aggregation="median", dp_clip_norm=1.0, dp_noise_multiplier=0.1, **CPU_DEMO), tmp_path)
 
-    files = sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("*") if p.is_file())
-    client = json.loads((job_dir / "app/config/config_fed_client.json").read_text())
-    server = json.loads((job_dir / "app/config/config_fed_server.json").read_text())
-    site_paths = [e["executor"]["path"] for e in client["executors"]] + [c["path"] for c in client["components"]]
-    server_paths = [w["path"] for w in server["workflows"]] + [c["path"] for c in server["components"]]
+    job = read_exported_job(job_dir)
+    client, server = job.client, job.server
 
-    assert files == ["app/config/config_fed_client.json", "app/config/config_fed_server.json", "meta.json"]
-    assert set(site_paths) <= set(site_allow_list()) and set(server_paths) <= set(server_allow_list())
+    assert job.files == JOB_FILES
+    assert set(job.site_classes()) <= set(site_allow_list()) and set(job.server_classes()) <= set(server_allow_list())
     assert client["executors"][0]["tasks"] == ["*"]  # train and validate
     assert client["executors"][0]["executor"]["args"] | {"dp_clip_norm": 1.0, "dp_noise_multiplier": 0.1} == client["executors"][0]["executor"]["args"]
     assert server["workflows"][0]["args"]["aggregation"] == "median"
