@@ -7,7 +7,7 @@ from pathlib import Path
 from site_agent.data.synthetic_isic import write_isic_site
 
 DEMO_SITES = 3
-ISIC_IMAGES_PER_SITE = 48
+ISIC_IMAGES_PER_SITE = 96
 
 
 def isic_demo_site(index: int, site: str, root: Path) -> str:
