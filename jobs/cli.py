@@ -59,9 +59,10 @@ def _simulate(args: argparse.Namespace) -> int:
     from jobs.simulate import simulate
 
     datasets = dict(item.split("=", 1) for item in args.data)
+    server_models = dict(item.split("=", 1) for item in args.server_model)
     workspace = Path(args.workspace)
     job_dir = _build(args, workspace / "job")
-    run = simulate(job_dir, workspace / "simulation", args.sites.split(","), datasets)
+    run = simulate(job_dir, workspace / "simulation", args.sites.split(","), datasets, server_models)
     if run.aborted():
         print(f"the simulation did not finish; see {run.server_log}", file=sys.stderr)
         return 1
@@ -81,6 +82,8 @@ def _add_command_options(name: str, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--sites", default="site-1,site-2,site-3")
         parser.add_argument("--data", action="append", default=[], metavar="KEY=FOLDER",
                             help="dataset folder per dataset key; {site_name} is replaced per simulated site")
+        parser.add_argument("--server-model", action="append", default=[], metavar="KEY=FOLDER",
+                            help="model folder the server needs (e.g. dcae=/models/dc-ae for fedkt-csd)")
 
 
 def main(argv: list[str] | None = None) -> int:

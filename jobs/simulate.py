@@ -1,7 +1,8 @@
 """Run an exported job folder in FLARE's simulator under the same policy a provisioned site enforces.
 
 The simulator copies `<workspace>/local/` to every simulated site and the server, so the union of the site and
-server allow-lists goes there (enforced), with one `site_agent.json` whose dataset paths use `{site_name}`.
+server allow-lists goes there (enforced), with one `site_agent.json` whose dataset paths use `{site_name}` and,
+for jobs whose server needs local models, the server's `server_app.json`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioning.policy import server_allow_list, site_allow_list
-from site_agent.site_config import CONFIG_FILE
+from server_app.server_config import write_server_config
+from site_agent.site_config import write_site_config
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,8 @@ class SimulationRun:
         return self.returncode != 0 or "Abort signal" in log or "panic" in log.lower()
 
 
-def write_simulation_policy(workspace: Path, datasets: dict[str, str], device: str = "auto") -> None:
+def write_simulation_policy(workspace: Path, datasets: dict[str, str], server_models: dict[str, str] | None = None,
+                            device: str = "auto") -> None:
     local = Path(workspace) / "local"
     local.mkdir(parents=True, exist_ok=True)
     resources = {
@@ -46,13 +49,17 @@ def write_simulation_policy(workspace: Path, datasets: dict[str, str], device: s
         "class_allow_list": sorted(set(site_allow_list()) | set(server_allow_list())),
     }
     (local / "resources.json").write_text(json.dumps(resources, indent=2))
-    (local / CONFIG_FILE).write_text(json.dumps({"datasets": datasets, "device": device}, indent=2))
+    write_site_config(workspace, datasets, device)
+    if server_models:
+        write_server_config(workspace, server_models, device)
 
 
-def simulate(job_dir: Path, workspace: Path, sites: list[str], datasets: dict[str, str], timeout: float | None = None) -> SimulationRun:
-    """Run `job_dir` with simulated `sites`; `datasets` maps dataset keys to folders (may contain `{site_name}`)."""
+def simulate(job_dir: Path, workspace: Path, sites: list[str], datasets: dict[str, str],
+             server_models: dict[str, str] | None = None, timeout: float | None = None) -> SimulationRun:
+    """Run `job_dir` with simulated `sites`; `datasets` maps dataset keys to folders (may contain `{site_name}`),
+    `server_models` the server's model keys to folders (e.g. FedKT-CSD's autoencoder)."""
     workspace = Path(workspace).resolve()
-    write_simulation_policy(workspace, datasets)
+    write_simulation_policy(workspace, datasets, server_models)
     command = [sys.executable, "-m", "nvflare.private.fed.app.simulator.simulator", str(job_dir), "-w", str(workspace),
                "-c", ",".join(sites), "-n", str(len(sites)), "-t", str(len(sites))]
     completed = subprocess.run(command, timeout=timeout, check=False)

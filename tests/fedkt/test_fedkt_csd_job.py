@@ -17,7 +17,6 @@ from jobs.fedkt_csd.job import build_job
 from jobs.simulate import SimulationRun, simulate
 from provisioning.policy import server_allow_list, site_allow_list
 from server_app import fedkt_outputs as outputs
-from server_app.server_config import write_server_config
 from site_agent.data.isic import GROUND_TRUTH_CSV, PLAYERFL_CLASSES
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt.demo_autoencoder import public_images, train_autoencoder
@@ -44,14 +43,13 @@ def autoencoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _federation(root: Path, autoencoder_dir: Path) -> dict[str, str]:
     for index, site in enumerate(SITES, start=1):
         write_isic_site(root / "data" / site / "isic", index, len(SITES), IMAGES_PER_SITE, alpha=10.0)
-    write_server_config(root / "ws", {"dcae": str(autoencoder_dir)})
     return {"isic": str(root / "data" / "{site_name}" / "isic"), "dcae": str(autoencoder_dir)}
 
 
 def _run(root: Path, autoencoder_dir: Path, **params) -> SimulationRun:
     datasets = _federation(root, autoencoder_dir)
     job_dir = export(build_job(noise_seed=1, **params), root / "job")
-    return simulate(job_dir, root / "ws", SITES, datasets, timeout=300)
+    return simulate(job_dir, root / "ws", SITES, datasets, server_models={"dcae": str(autoencoder_dir)}, timeout=300)
 
 
 def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
@@ -101,7 +99,7 @@ def test_site_failing_after_the_key_exchange_stops_the_job_naming_it(tmp_path, a
     (tmp_path / "data" / "site-3" / "isic" / GROUND_TRUTH_CSV).unlink()  # keys still work; statistics cannot
     job_dir = export(build_job(noise_seed=1), tmp_path / "job")
 
-    run = simulate(job_dir, tmp_path / "ws", SITES, datasets, timeout=300)
+    run = simulate(job_dir, tmp_path / "ws", SITES, datasets, server_models={"dcae": str(autoencoder_dir)}, timeout=300)
 
     results = json.loads((run.server_app_dir / "results.json").read_text())
     assert run.aborted()
