@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from nvflare.job_config.api import FedJob
 
+from provisioning.policy import server_allow_list, site_allow_list
 from site_agent import __version__ as AGENT_VERSION
+from site_agent.site_guard import AGENT_VERSION_KEY
 
-AGENT_VERSION_KEY = "site_agent_version"
 APP_PACKAGES = ["site_agent", "server_app"]
 
 
@@ -20,11 +22,30 @@ def new_job(name: str, min_clients: int) -> FedJob:
 
 
 def export(job: FedJob, out_dir: Path) -> Path:
-    """Write the job folder an admin can `submit_job`; refuses to produce a job that would ship code."""
+    """Write the job folder an admin can `submit_job`.
+
+    Refuses, before anyone submits it, a job that sites would refuse: one that ships code, or one naming a class
+    outside the provisioned allow-lists.
+    """
     out_dir = Path(out_dir)
     job.export_job(str(out_dir))
     job_dir = out_dir / job.name
     shipped = sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("custom") if p.is_dir())
     if shipped:
         raise RuntimeError(f"job {job.name} would ship code in {shipped}; sites refuse such jobs")
+    for side, allowed in (("client", site_allow_list()), ("server", server_allow_list())):
+        for config in job_dir.glob(f"*/config/config_fed_{side}.json"):
+            outside = sorted(set(_class_paths(json.loads(config.read_text()))) - set(allowed))
+            if outside:
+                raise RuntimeError(f"job {job.name} uses {outside} in {config.relative_to(out_dir)}, which the "
+                                   "provisioned allow-lists do not admit; add the classes to provisioning/policy.py "
+                                   "and re-provision the kits")
     return job_dir
+
+
+def _class_paths(config: dict) -> list[str]:
+    """Every component class a FLARE app config instantiates (executors, workflows, components, filters)."""
+    entries = [e["executor"] for e in config.get("executors", [])] + config.get("workflows", []) + config.get("components", [])
+    for key in ("task_data_filters", "task_result_filters"):
+        entries += [f for group in config.get(key, []) for f in group.get("filters", [])]
+    return [e["path"] for e in entries if "path" in e]

@@ -20,7 +20,7 @@ from nvflare.apis.fl_context import FLContext
 from site_agent import __version__ as AGENT_VERSION
 
 DEPLOY_COMMAND = "submit_job"
-AGENT_VERSION_KEY = "site_agent_version"  # the job meta field written by jobs.common
+AGENT_VERSION_KEY = "site_agent_version"  # the job meta field in which jobs.common records the agent version
 
 
 def admission_refusal(role: str, job_meta: dict, accepted_roles: list[str], installed_version: str = AGENT_VERSION) -> str:
