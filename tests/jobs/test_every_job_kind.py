@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+import inspect
+
 import pytest
 from nvflare.app_common.np.np_trainer import NPTrainer
 from support import JOB_FILES, read_exported_job
 
+from jobs.cli import main
 from jobs.common import export, new_job
 from jobs.registry import JOB_MODULES, job_module
 from server_app.fedavg import FedAvgController
@@ -27,3 +31,27 @@ def test_export_refuses_a_class_sites_would_refuse(tmp_path):
 
     with pytest.raises(RuntimeError, match=r"nvflare.app_common.np.np_trainer.NPTrainer.*provisioning/policy.py"):
         export(job, tmp_path)
+
+
+@pytest.mark.parametrize("kind", sorted(JOB_MODULES))
+def test_command_line_options_match_the_job_parameters_and_defaults(kind):
+    module = job_module(kind)
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    options = {a.dest: a.default for a in parser._actions if a.dest != "help"}
+    parameters = {n: p.default for n, p in inspect.signature(module.build_job).parameters.items()}
+
+    assert set(options) == set(parameters)
+    assert {n: _comparable(v) for n, v in options.items()} == {n: _comparable(v) for n, v in parameters.items()}
+
+
+def test_fl_job_exports_with_command_line_parameters(tmp_path):
+    assert main(["export", "fedavg-linear", "--out", str(tmp_path), "--num-rounds", "2", "--aggregation", "median"]) == 0
+
+    workflow = read_exported_job(tmp_path / "fedavg-linear").workflow
+    assert workflow["args"]["num_rounds"] == 2 and workflow["args"]["aggregation"] == "median"
+
+
+def _comparable(value):
+    """argparse keeps list defaults where signatures use tuples; compare the values, not the container."""
+    return list(value) if isinstance(value, tuple) else value
