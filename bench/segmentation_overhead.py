@@ -28,7 +28,7 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
 from site_agent.data.synthetic_brats import write_brats_site
-from site_agent.models import state_dict_to_numpy
+from fl_contract.models import state_dict_to_numpy
 from site_agent.site_config import SiteConfig
 from site_agent.tasks.executor import SiteContext
 from site_agent.tasks.segmentation import SegmentationTask

@@ -8,8 +8,7 @@ from pathlib import Path
 from nvflare.job_config.api import FedJob
 
 from provisioning.policy import server_allow_list, site_allow_list
-from site_agent import __version__ as AGENT_VERSION
-from site_agent.site_guard import AGENT_VERSION_KEY
+from fl_contract.version import AGENT_VERSION, AGENT_VERSION_KEY
 
 APP_PACKAGES = ["site_agent", "server_app"]
 

@@ -18,7 +18,7 @@ from nvflare.app_common.workflows.model_controller import ModelController
 from server_app.aggregation import RULES, SiteUpdate, UpdateRejected, aggregate, check_updates
 from server_app.results import BEST_MODEL_FILE, RunRecorder
 from server_app.selection import BestModel, Params
-from site_agent.models import build_model, state_dict_to_numpy
+from fl_contract.models import build_model, state_dict_to_numpy
 
 SMALL_MODEL_PARAMETERS = 64  # models up to this size have their weights written into results.json every round
 

@@ -21,13 +21,13 @@ from server_app.privacy.dp_calibration import calibrate_noise
 from server_app.privacy.unmask import unmask_sum
 from server_app.results import RunRecorder
 from server_app.server_config import CONFIG_FILE, ServerConfig
-from site_agent import __version__
-from site_agent.device import select_device
-from site_agent.fedkt import protocol
-from site_agent.fedkt.classifier import train_classifier
-from site_agent.fedkt.wire import from_ring
-from site_agent.models import state_dict_to_numpy
-from site_agent.models.dcae import LoadedAutoencoder, load_autoencoder
+from fl_contract.version import AGENT_VERSION as __version__
+from fl_contract.device import select_device
+from fl_contract.fedkt import protocol
+from fl_contract.fedkt.classifier import train_classifier
+from fl_contract.fedkt.wire import from_ring
+from fl_contract.models import state_dict_to_numpy
+from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
 
 MIN_SITES = 3  # with two sites, each could work out the other's statistics from the sum and its own
 

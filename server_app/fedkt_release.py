@@ -16,8 +16,8 @@ import torch
 from diffusers import AutoencoderDC
 
 from server_app.privacy.dp_calibration import NoiseCalibration
-from site_agent.fedkt.wire import ClassStatistics, full_matrix
-from site_agent.models.dcae import AutoencoderIdentity, from_autoencoder_range, latent_shape
+from fl_contract.fedkt.wire import ClassStatistics, full_matrix
+from fl_contract.models.dcae import AutoencoderIdentity, from_autoencoder_range, latent_shape
 
 EIGENVALUE_FLOOR = 1e-4
 MIN_COUNT = 2.0

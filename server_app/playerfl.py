@@ -22,9 +22,9 @@ from nvflare.app_common.workflows.model_controller import ModelController
 from server_app.aggregation import Params, SiteUpdate, UpdateRejected, aggregate, check_updates
 from server_app.metrics import WEIGHT, federation_summary
 from server_app.results import RunRecorder
-from site_agent.models import build_model
-from site_agent.playerfl import protocol
-from site_agent.playerfl.layers import Layer, model_layers, prefix_keys
+from fl_contract.models import build_model
+from fl_contract.playerfl import protocol
+from fl_contract.playerfl.layers import Layer, model_layers, prefix_keys
 
 DEFAULT_THRESHOLD = 1.5
 THRESHOLD_GRID = (1.1, 1.25, 1.5, 2.0, 3.0, 5.0)

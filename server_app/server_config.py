@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from site_agent.local_config import read_folder_map, resolve_folder, write_folder_map
+from fl_contract.local_config import read_folder_map, resolve_folder, write_folder_map
 
 CONFIG_FILE = "server_app.json"
 EXAMPLE = '{"models": {"dcae": "/path/to/autoencoder"}, "device": "auto"}'

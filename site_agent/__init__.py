@@ -1,3 +1,5 @@
 """The hospital site agent: everything that touches patient data runs here, inside the hospital."""
 
-__version__ = "0.1.0"
+from fl_contract.version import AGENT_VERSION as __version__
+
+__all__ = ["__version__"]

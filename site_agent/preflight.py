@@ -89,10 +89,10 @@ def check_policy(kit: SiteKit) -> CheckResult:
 
 
 def _classes_missing_from(allow_list: list[str]) -> list[str]:
-    """Job classes of the installed agent that the kit's allow-list does not admit (the kit is older than the agent)."""
-    from provisioning.policy import site_allow_list
+    """Site tasks of the installed agent that the kit's allow-list does not admit (the kit is older than the agent)."""
+    from site_agent.tasks import installed_task_classes
 
-    return [c for c in site_allow_list() if c not in allow_list]
+    return [c for c in installed_task_classes() if c not in allow_list]
 
 
 def check_data(kit: SiteKit) -> CheckResult:
@@ -112,7 +112,7 @@ def check_data(kit: SiteKit) -> CheckResult:
 def check_device(kit: SiteKit) -> CheckResult:
     import torch
 
-    from site_agent.device import describe_device, select_device
+    from fl_contract.device import describe_device, select_device
 
     try:
         preference = SiteConfig.for_kit(kit.root).device

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from site_agent.fedkt.wire import RING_DTYPE
+from fl_contract.fedkt.wire import RING_DTYPE
 _HKDF_LABEL = b"hospital-fl/fedkt-csd/pairwise-mask/v1"
 
 

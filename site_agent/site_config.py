@@ -1,7 +1,7 @@
 """The site's own configuration, written by site IT into the startup kit: `<kit>/local/site_agent.json`.
 
 Jobs never carry paths to patient data: a job names a dataset key (e.g. "linear", "brats") and the site maps
-it to a local folder here (format and checks: `site_agent.local_config`).
+it to a local folder here (format and checks: `fl_contract.local_config`).
 
     {"datasets": {"linear": "/data/fl/linear"}, "device": "auto"}
 """
@@ -12,7 +12,7 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from site_agent.local_config import DEVICES, read_folder_map, resolve_folder, write_folder_map
+from fl_contract.local_config import DEVICES, read_folder_map, resolve_folder, write_folder_map
 
 CONFIG_FILE = "site_agent.json"
 EXAMPLE = '{"datasets": {"linear": "/path/to/data"}, "device": "auto"}'

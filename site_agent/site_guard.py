@@ -17,10 +17,9 @@ from nvflare.apis.fl_component import FLComponent
 from nvflare.apis.fl_constant import FLContextKey
 from nvflare.apis.fl_context import FLContext
 
-from site_agent import __version__ as AGENT_VERSION
+from fl_contract.version import AGENT_VERSION, AGENT_VERSION_KEY
 
 DEPLOY_COMMAND = "submit_job"
-AGENT_VERSION_KEY = "site_agent_version"  # the job meta field in which jobs.common records the agent version
 
 
 def admission_refusal(role: str, job_meta: dict, accepted_roles: list[str], installed_version: str = AGENT_VERSION) -> str:

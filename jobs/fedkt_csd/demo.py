@@ -17,7 +17,7 @@ from jobs.admin import JobOutcome
 from jobs.fedkt_csd.job import build_job
 from jobs.demo_data import isic_demo_site
 from site_agent.fedkt.demo_autoencoder import train_demo_autoencoder
-from site_agent.models.dcae import load_autoencoder
+from fl_contract.models.dcae import load_autoencoder
 
 CACHE_NAME = "demo-dcae-v1"
 

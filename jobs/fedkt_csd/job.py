@@ -32,7 +32,7 @@ from nvflare.job_config.api import FedJob
 
 from jobs.common import new_job
 from server_app.fedkt_csd import MIN_SITES, FedKTCSDController
-from site_agent.data.isic import PLAYERFL_CLASSES
+from fl_contract.classes import PLAYERFL_CLASSES
 from site_agent.tasks.fedkt_csd import FedKTCSDTask
 
 NAME = "fedkt-csd"

@@ -25,8 +25,8 @@ from nvflare.job_config.api import FedJob
 
 from jobs.common import new_job
 from server_app.playerfl import DEFAULT_THRESHOLD, PLayerFLController
-from site_agent.data.isic import PLAYERFL_CLASSES
-from site_agent.playerfl.protocol import METHODS
+from fl_contract.classes import PLAYERFL_CLASSES
+from fl_contract.playerfl.protocol import METHODS
 from site_agent.tasks.playerfl import PLayerFLTask
 
 NAME = "playerfl"

@@ -38,8 +38,8 @@ from nvflare.job_config.api import FedJob
 from jobs.common import new_job
 from server_app.aggregation import RULES
 from server_app.fedavg import FedAvgController
-from site_agent.data.labels import LABEL_MAPS
-from site_agent.models.segmentation import min_roi_divisor
+from fl_contract.labels import LABEL_MAPS
+from fl_contract.models.segmentation import min_roi_divisor
 from site_agent.segmentation.training import DICE_KEYS
 from site_agent.tasks.segmentation import BRATS_ROI, MODEL, VAL_CASES, SegmentationTask
 

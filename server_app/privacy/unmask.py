@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from site_agent.fedkt.wire import RING_DTYPE
+from fl_contract.fedkt.wire import RING_DTYPE
 
 
 def unmask_sum(masked: Mapping[str, np.ndarray], key_exchange_sites: Iterable[str]) -> np.ndarray:

@@ -23,7 +23,7 @@ from monai.data import CacheDataset, MetaTensor
 from monai.transforms import CastToTyped, Compose, ConvertToMultiChannelBasedOnBratsClassesd, MapTransform, ResampleToMatch
 
 from site_agent.data.dicom_series import DicomSeriesReader
-from site_agent.data.labels import BRATS_2021, LABEL_MAPS, REGIONS, LabelMap
+from fl_contract.labels import BRATS_2021, LABEL_MAPS, REGIONS, LabelMap
 from site_agent.data.nifti import NIFTI_SUFFIXES, NiftiReader
 from site_agent.data.reader import DataError, Image, ImageReader
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from site_agent.data import linear_demo, synthetic_isic
 from site_agent.data.isic import PLAYERFL_CLASSES, TRAINING_CLASSES
-from site_agent.data.labels import LABEL_MAPS
+from fl_contract.labels import LABEL_MAPS
 
 
 def _linear(args: argparse.Namespace) -> int:

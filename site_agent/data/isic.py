@@ -19,15 +19,11 @@ from typing import Literal
 import numpy as np
 from PIL import Image as PILImage
 
+from fl_contract.classes import ISIC_CLASSES, PLAYERFL_CLASSES, TRAINING_CLASSES
 from site_agent.data.reader import DataError, Image
 
 log = logging.getLogger(__name__)
 
-ISIC_CLASSES = ("MEL", "NV", "BCC", "AK", "BKL", "DF", "VASC", "SCC", "UNK")
-"""Ground-truth columns in file order; UNK is never set in the training set."""
-TRAINING_CLASSES = ISIC_CLASSES[:8]
-PLAYERFL_CLASSES = ("BCC", "BKL", "MEL", "NV")
-"""The four-class subset of the PLayer-FL setup."""
 GROUND_TRUTH_CSV = "ISIC_2019_Training_GroundTruth.csv"
 METADATA_CSV = "ISIC_2019_Training_Metadata.csv"
 METADATA_COLUMNS = ("image", "age_approx", "anatom_site_general", "lesion_id", "sex")

@@ -9,15 +9,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from site_agent.data.isic import PLAYERFL_CLASSES
-from site_agent.device import select_device
+from fl_contract.classes import PLAYERFL_CLASSES
+from fl_contract.device import select_device
 from site_agent.site_config import SiteConfig
 
 
 def _export(args: argparse.Namespace) -> int:
     from site_agent.fedkt.export import ExportSettings, write_export
     from site_agent.fedkt.site_data import statistics_vector
-    from site_agent.models.dcae import load_autoencoder
+    from fl_contract.models.dcae import load_autoencoder
 
     kit = Path(args.kit)
     config = SiteConfig.for_kit(kit)
@@ -35,7 +35,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _train_demo_autoencoder(args: argparse.Namespace) -> int:
     from site_agent.fedkt.demo_autoencoder import train_demo_autoencoder
-    from site_agent.models.dcae import load_autoencoder
+    from fl_contract.models.dcae import load_autoencoder
 
     folder = train_demo_autoencoder(Path(args.out), args.images, args.steps, args.batch_size, args.seed)
     identity = load_autoencoder(folder).identity

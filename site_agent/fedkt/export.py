@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from site_agent import __version__
-from site_agent.fedkt.wire import RING_DTYPE, from_ring, payload_nbytes
-from site_agent.models.dcae import AutoencoderIdentity
+from fl_contract.fedkt.wire import RING_DTYPE, from_ring, payload_nbytes
+from fl_contract.models.dcae import AutoencoderIdentity
 
 PAYLOAD_FILE = "fedkt_statistics.u64"
 METADATA_FILE = "fedkt_statistics.json"
@@ -77,7 +77,7 @@ def summary(metadata: dict[str, Any]) -> str:
         f"{metadata['holdout_fraction']} (split seed {metadata['seed']})\n"
         "  The job adds pairwise secure-aggregation masks to this vector and sends nothing else: no image,\n"
         "  per-record latent, path, patient ID or model weight. Decode it with\n"
-        "  site_agent.fedkt.wire.from_ring(vector, number_of_classes, R).\n"
+        "  fl_contract.fedkt.wire.from_ring(vector, number_of_classes, R).\n"
     )
 
 

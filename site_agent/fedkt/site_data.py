@@ -17,8 +17,8 @@ import torch
 from site_agent.data.isic import IsicImageReader, IsicRecord, read_isic_site
 from site_agent.data.reader import DataError
 from site_agent.fedkt.stats import site_statistics
-from site_agent.fedkt.wire import to_ring
-from site_agent.models.dcae import LoadedAutoencoder, to_autoencoder_range
+from fl_contract.fedkt.wire import to_ring
+from fl_contract.models.dcae import LoadedAutoencoder, to_autoencoder_range
 
 
 @dataclass(frozen=True)

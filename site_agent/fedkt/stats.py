@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from diffusers import AutoencoderDC
 
-from site_agent.fedkt.wire import ClassStatistics, fixed_point_scales, quantize_latents, upper_triangle
+from fl_contract.fedkt.wire import ClassStatistics, fixed_point_scales, quantize_latents, upper_triangle
 
 
 def encode_latents(model: AutoencoderDC, images: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
@@ -20,7 +20,7 @@ def encode_latents(model: AutoencoderDC, images: torch.Tensor, batch_size: int =
     if images.shape[0] == 0:
         raise ValueError("no images to encode")
     if images.min() < -1.0 or images.max() > 1.0:
-        raise ValueError("images must be scaled to [-1, 1] (use site_agent.models.dcae.to_autoencoder_range)")
+        raise ValueError("images must be scaled to [-1, 1] (use fl_contract.models.dcae.to_autoencoder_range)")
     device = next(model.parameters()).device
     with torch.inference_mode():
         batches = [model.encode(batch.to(device)).latent.flatten(1).float().cpu() for batch in images.split(batch_size)]

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from site_agent.playerfl.layers import Layer, model_layers
+from fl_contract.playerfl.layers import Layer, model_layers
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from monai.transforms import (
 )
 
 from site_agent.data.brats_case import BratsCase, GridPolicy, brats_dataset, discover_cases
-from site_agent.data.labels import LABEL_MAPS
+from fl_contract.labels import LABEL_MAPS
 from site_agent.data.reader import DataError
 
 KEYS = ("image", "label")

@@ -16,9 +16,7 @@ from monai.metrics import DiceMetric
 from monai.transforms import Activations, AsDiscrete, Compose
 from torch import nn
 
-from site_agent.data.labels import REGIONS
-
-DICE_KEYS = tuple(f"val_dice_{r.lower()}" for r in REGIONS) + ("val_dice_mean",)
+from fl_contract.segmentation import DICE_KEYS
 
 
 def dice_loss() -> DiceLoss:

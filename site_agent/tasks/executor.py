@@ -19,7 +19,7 @@ from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
-from site_agent.device import describe_device, select_device
+from fl_contract.device import describe_device, select_device
 from site_agent.site_config import CONFIG_FILE, SiteConfig
 
 

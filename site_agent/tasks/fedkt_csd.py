@@ -4,7 +4,7 @@ No training at the site. `keys` checks the server's announcement against the sit
 a fresh X25519 key pair whose private half stays in this executor's memory for this session only;
 `statistics` encodes the site's images (or takes the privacy officer's reviewed export), masks the fixed-point
 vector with every peer's key and sends only that; `evaluate` (optional) scores the server's classifier on the
-site's held-out images. Messages: `site_agent.fedkt.protocol`.
+site's held-out images. Messages: `fl_contract.fedkt.protocol`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from nvflare.app_common.abstract.fl_model import FLModel
 
-from site_agent.fedkt import protocol
-from site_agent.fedkt.classifier import build_classifier, evaluate_classifier
+from fl_contract.fedkt import protocol
+from fl_contract.fedkt.classifier import build_classifier, evaluate_classifier
 from site_agent.fedkt.export import ExportSettings, read_export
 from site_agent.fedkt.site_data import load_split, read_images, statistics_vector
-from site_agent.models import load_numpy_params
-from site_agent.models.dcae import LoadedAutoencoder, load_autoencoder
+from fl_contract.models import load_numpy_params
+from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
 from site_agent.secure_agg import generate_keypair, mask_vector
 from site_agent.tasks.executor import SiteContext, TaskExecutor
 

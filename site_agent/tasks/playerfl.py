@@ -25,10 +25,10 @@ from nvflare.app_opt.pt.fedproxloss import PTFedProxLoss
 from torch import nn
 from torch.utils.data import DataLoader
 
-from site_agent.models import build_model, load_numpy_params
-from site_agent.playerfl import protocol
+from fl_contract.models import build_model, load_numpy_params
+from fl_contract.playerfl import protocol
 from site_agent.playerfl.data import IsicImages, SiteSplits, load_site_splits
-from site_agent.playerfl.layers import Layer, model_layers, prefix_keys
+from fl_contract.playerfl.layers import Layer, model_layers, prefix_keys
 from site_agent.playerfl.sensitivity import federation_sensitivity
 from site_agent.playerfl.state import SiteState, load_state, save_state, state_path
 from site_agent.playerfl.training import LossFn, Penalty, evaluate, focal_loss, train_epochs

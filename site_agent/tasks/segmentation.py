@@ -21,16 +21,13 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.tracking.log_writer import LogWriter
 from torch import nn
 
-from site_agent.models import build_model, load_numpy_params, state_dict_to_numpy
+from fl_contract.models import build_model, load_numpy_params, state_dict_to_numpy
+from fl_contract.segmentation import DP_NOISE_STD, MODEL, TRAIN_LOSS, VAL_CASES
 from site_agent.segmentation.data import SiteData, load_site_data, surface_data_errors
 from site_agent.segmentation.dp import noise_std, privatise_update
 from site_agent.segmentation.training import precision, train_epochs, validate
 from site_agent.tasks.executor import SiteContext, TaskExecutor
 
-MODEL = "segresnet"
-VAL_CASES = "val_cases"  # metric: how many validation cases the site's Dice values average over
-TRAIN_LOSS = "train_loss"
-DP_NOISE_STD = "dp_noise_std"
 BRATS_ROI = (224, 224, 144)  # NVIDIA FLARE's BraTS 2018 training crop
 
 

@@ -17,7 +17,7 @@ from site_agent.data.brats_case import (
     read_datalist,
     write_datalist,
 )
-from site_agent.data.labels import BRATS_2021, BRATS_2023
+from fl_contract.labels import BRATS_2021, BRATS_2023
 from site_agent.data.nifti import read_nifti, write_nifti
 from site_agent.data.reader import DataError
 from site_agent.data.synthetic_brats import synthetic_case, write_brats_site

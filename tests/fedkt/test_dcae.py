@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from site_agent.models.dcae import (CLIP_NORM_FILE, WEIGHTS_FILE, build_tiny_dcae, from_autoencoder_range,
+from fl_contract.models.dcae import (CLIP_NORM_FILE, WEIGHTS_FILE, build_tiny_dcae, from_autoencoder_range,
                                     latent_shape, load_autoencoder, save_autoencoder, to_autoencoder_range)
 
 

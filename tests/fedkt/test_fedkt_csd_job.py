@@ -20,8 +20,8 @@ from server_app import fedkt_outputs as outputs
 from site_agent.data.isic import GROUND_TRUTH_CSV, PLAYERFL_CLASSES
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt.demo_autoencoder import public_images, train_autoencoder
-from site_agent.fedkt.wire import class_length
-from site_agent.models.dcae import save_autoencoder
+from fl_contract.fedkt.wire import class_length
+from fl_contract.models.dcae import save_autoencoder
 
 SITES = ["site-1", "site-2", "site-3"]
 IMAGES_PER_SITE = 32

@@ -10,8 +10,8 @@ from server_app.fedkt_release import (add_noise, class_gaussians, decode_latents
                                       release_class_gaussians, sample_latents)
 from server_app.privacy.dp_calibration import NoiseCalibration, calibrate_noise
 from site_agent.fedkt.stats import class_statistics
-from site_agent.fedkt.wire import ClassStatistics, upper_triangle
-from site_agent.models.dcae import build_tiny_dcae
+from fl_contract.fedkt.wire import ClassStatistics, upper_triangle
+from fl_contract.models.dcae import build_tiny_dcae
 
 
 def _calibration(std_mean, std_outer, std_count=None):

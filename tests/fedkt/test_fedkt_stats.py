@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from site_agent.fedkt.stats import class_statistics, clip_latents, encode_latents, site_statistics
-from site_agent.fedkt.wire import fixed_point_scales
-from site_agent.models.dcae import build_tiny_dcae
+from fl_contract.fedkt.wire import fixed_point_scales
+from fl_contract.models.dcae import build_tiny_dcae
 
 
 def test_clipping_scales_only_long_latents():

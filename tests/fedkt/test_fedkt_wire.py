@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from site_agent.fedkt.wire import (FRACTION_BITS, MAX_RECORDS, ClassStatistics, check_capacity, fixed_point_scales,
+from fl_contract.fedkt.wire import (FRACTION_BITS, MAX_RECORDS, ClassStatistics, check_capacity, fixed_point_scales,
                                    from_ring, full_matrix, payload_nbytes, to_ring, upper_triangle)
 
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from site_agent.models import build_model
-from site_agent.playerfl.layers import model_layers, prefix_keys, split_state
+from fl_contract.models import build_model
+from fl_contract.playerfl.layers import model_layers, prefix_keys, split_state
 
 
 def test_biases_and_norm_entries_follow_their_layer():

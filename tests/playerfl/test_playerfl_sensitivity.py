@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from site_agent.models import build_model
-from site_agent.playerfl.layers import model_layers
+from fl_contract.models import build_model
+from fl_contract.playerfl.layers import model_layers
 from site_agent.playerfl.sensitivity import federation_sensitivity
 
 

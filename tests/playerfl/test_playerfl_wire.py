@@ -9,9 +9,9 @@ from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from site_agent.data.synthetic_isic import write_isic_site
-from site_agent.models import build_model, state_dict_to_numpy
-from site_agent.playerfl import protocol
-from site_agent.playerfl.layers import model_layers, prefix_keys
+from fl_contract.models import build_model, state_dict_to_numpy
+from fl_contract.playerfl import protocol
+from fl_contract.playerfl.layers import model_layers, prefix_keys
 from site_agent.site_config import SiteConfig
 from site_agent.tasks.executor import SiteContext
 from site_agent.tasks.playerfl import PLayerFLTask

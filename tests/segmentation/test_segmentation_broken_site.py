@@ -18,7 +18,7 @@ from jobs.simulate import SimulationRun, simulate
 from server_app.aggregation import SiteUpdate
 from server_app.aggregation.weighted_mean import weighted_mean
 from site_agent.data.synthetic_brats import write_brats_site
-from site_agent.models import build_model, state_dict_to_numpy
+from fl_contract.models import build_model, state_dict_to_numpy
 from site_agent.site_config import SiteConfig
 from site_agent.tasks.executor import SiteContext
 from site_agent.tasks.segmentation import SegmentationTask

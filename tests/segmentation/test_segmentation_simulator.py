@@ -12,7 +12,7 @@ from jobs.common import export
 from jobs.segmentation.job import CPU_DEMO, build_job
 from jobs.simulate import SimulationRun, simulate
 from site_agent.data.synthetic_brats import write_brats_site
-from site_agent.models import build_model
+from fl_contract.models import build_model
 
 SITES = ["site-1", "site-2", "site-3"]
 CASES = {"site-1": 4, "site-2": 3, "site-3": 4}  # 1 validation case each (val_fraction 0.25)

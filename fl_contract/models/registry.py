@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from site_agent.models import classifiers, segmentation
+from fl_contract.models import classifiers, segmentation
 
 
 def _linear_regression(in_features: int = 2) -> nn.Module:

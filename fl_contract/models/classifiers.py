@@ -1,7 +1,7 @@
 """Image classifiers for PLayer-FL: the paper's 5-conv CNN and a MONAI ResNet (a second, normalised architecture).
 
 Both take (N, C, H, W) float images and return (N, num_classes) logits. Parameters are registered in forward
-order, which is the layer order PLayer-FL's prefix/suffix split relies on (see `site_agent.playerfl.layers`).
+order, which is the layer order PLayer-FL's prefix/suffix split relies on (see `fl_contract.playerfl.layers`).
 """
 
 from __future__ import annotations

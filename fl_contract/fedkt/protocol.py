@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from site_agent.models.dcae import AutoencoderIdentity
+from fl_contract.models.dcae import AutoencoderIdentity
 
 TASK_KEYS = "keys"
 TASK_STATISTICS = "statistics"

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from monai.networks.nets import SegResNet
 from torch import nn
 
-from site_agent.data.labels import REGIONS
+from fl_contract.labels import REGIONS
 
 IN_CHANNELS = 4  # T1, T1ce, T2, FLAIR: site_agent.data.brats_case.MODALITIES, not imported so the server reads no data code
 GROUP_NORM_GROUPS = 8  # SegResNet's default normalisation: GroupNorm with 8 groups

@@ -10,7 +10,7 @@ import torch
 from sklearn.metrics import balanced_accuracy_score
 from torch import nn
 
-from site_agent.models import build_model
+from fl_contract.models import build_model
 
 CLASSIFIER = "cnn5"
 CHANNELS = (8, 16, 32, 64, 64)

@@ -1,0 +1,10 @@
+"""Segmentation job: the model name and the metric keys sites report and the server selects on."""
+
+from fl_contract.labels import REGIONS
+
+MODEL = "segresnet"
+DICE_KEYS = tuple(f"val_dice_{r.lower()}" for r in REGIONS) + ("val_dice_mean",)
+SELECTION_METRIC = DICE_KEYS[-1]  # val_dice_mean: the best global model is chosen on it
+VAL_CASES = "val_cases"  # how many validation cases the site's Dice values average over
+TRAIN_LOSS = "train_loss"
+DP_NOISE_STD = "dp_noise_std"
