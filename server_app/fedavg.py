@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import torch
-from nvflare.apis.fl_constant import FLMetaKey
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.workflows.model_controller import ModelController
 
-from server_app.aggregation import RULES, SiteUpdate, UpdateRejected, aggregate, check_updates
+from server_app.aggregation import (RULES, RoundIntake, aggregate, matching, missing_sites, scalar_metrics, site_name,
+                                    take_updates)
 from server_app.results import BEST_MODEL_FILE, RunRecorder
 from server_app.selection import BestModel, Params
 from fl_contract.models import build_model, state_dict_to_numpy
@@ -69,26 +68,20 @@ class FedAvgController(ModelController):
         best = BestModel(self.selection_metric, self.selection_weight) if self.selection_metric else None
         for round_index in range(self.num_rounds):
             self.info(f"round {round_index + 1}/{self.num_rounds}: sending the global model")
-            results = self._broadcast("train", global_params, round_index)
-            updates, metrics, rejected = self._valid_updates(results, global_params)
-            if len(updates) < self.min_clients:
-                message = f"round {round_index + 1}: only {len(updates)} valid updates, the job needs {self.min_clients}"
+            intake = self._intake(self._broadcast("train", global_params, round_index), global_params)
+            if len(intake.updates) < self.min_clients:
+                message = f"round {round_index + 1}: only {len(intake.updates)} valid updates, the job needs {self.min_clients}"
                 recorder.finish("failed", error=message)
                 self.panic(message)
                 return
-            entry = {
-                "round": round_index + 1,
-                "sites": {u.site: {"num_samples": int(u.num_samples), "metrics": metrics[u.site]} for u in updates},
-                "rejected": rejected,
-                "no_result": self._silent_sites(results),
-            }
+            entry = {"round": round_index + 1, **intake.record()}
             if best is not None:
-                entry["selection"] = best.observe(round_index, global_params, metrics)
-            global_params = aggregate(self.aggregation, updates, reference=global_params, **self.rule_options)
+                entry["selection"] = best.observe(round_index, global_params, intake.metrics)
+            global_params = aggregate(self.aggregation, intake.updates, reference=global_params, **self.rule_options)
             if record_weights:
                 entry["global_weights"] = {k: v.ravel().tolist() for k, v in global_params.items()}
             recorder.add_round(entry)
-            self.info(f"round {round_index + 1}: aggregated {len(updates)} updates with {self.aggregation}")
+            self.info(f"round {round_index + 1}: aggregated {len(intake.updates)} updates with {self.aggregation}")
         recorder.save_model(global_params)
         if best is not None:
             self._select_final(best, global_params, recorder)
@@ -100,39 +93,24 @@ class FedAvgController(ModelController):
         return self.broadcast_model(data=model, task_name=task_name, min_responses=self.min_clients,
                                     wait_time_after_min_received=self.late_site_wait_s)
 
-    def _silent_sites(self, results: list[FLModel]) -> list[str]:
-        answered = {r.meta.get("client_name") for r in results}
-        return sorted(c.name for c in self.engine.get_clients() if c.name not in answered)
+    def _intake(self, results: list[FLModel], global_params: Params) -> RoundIntake:
+        """The round's valid updates in site-name order; each rejected site is logged by name."""
+        return take_updates(results, self._site_names(), matching(global_params), self.error)
+
+    def _site_names(self) -> list[str]:
+        return [client.name for client in self.engine.get_clients()]
 
     def _select_final(self, best: BestModel, global_params: Params, recorder: RunRecorder) -> None:
         """Score the final model with a `validate` task, then save the best model and record which round it is."""
         results = self._broadcast("validate", global_params, self.num_rounds)
-        metrics = {r.meta.get("client_name", "unknown site"): {k: float(v) for k, v in (r.metrics or {}).items()} for r in results}
-        final = {"model_round": self.num_rounds, "sites": metrics, "no_result": self._silent_sites(results)}
+        metrics = {site_name(r): scalar_metrics(r) for r in sorted(results, key=site_name)}
+        final = {"model_round": self.num_rounds, "sites": metrics, "no_result": missing_sites(self._site_names(), metrics)}
         if metrics:
             final["selection"] = best.observe(self.num_rounds, global_params, metrics)
         recorder.record["final_validation"] = final
         recorder.save_model(best.params, BEST_MODEL_FILE)
         recorder.record["best_model"] = {**best.summary(), "file": BEST_MODEL_FILE}
         self.info(f"best global model: {best.metric} {best.value:.4f} after {best.model_round} aggregation round(s)")
-
-    def _valid_updates(
-        self, results: list[FLModel], global_params: dict[str, np.ndarray]
-    ) -> tuple[list[SiteUpdate], dict[str, dict[str, float]], dict[str, str]]:
-        """The updates that pass validation, every valid site's metrics, and the reason for each rejected site."""
-        updates, metrics, rejected = [], {}, {}
-        for result in results:
-            site = result.meta.get("client_name", "unknown site")
-            update = SiteUpdate(site, result.params or {}, result.meta.get(FLMetaKey.NUM_STEPS_CURRENT_ROUND, 0))
-            try:
-                check_updates([update], global_params)
-            except UpdateRejected as exc:
-                self.error(str(exc))
-                rejected[site] = exc.reason
-                continue
-            updates.append(update)
-            metrics[site] = {k: float(v) for k, v in (result.metrics or {}).items()}
-        return updates, metrics, rejected
 
     def _job_summary(self) -> dict:
         return {"workflow": "fedavg", "model": self.model, "model_args": self.model_args, "num_rounds": self.num_rounds,

@@ -1,16 +1,20 @@
-"""Aggregation rules for model updates: one rule per module, all validated the same way.
+"""Update intake and aggregation rules for model updates: one rule per module, all validated the same way.
 
-`aggregate(rule, updates)` is what server workflows call; the rules themselves are plain functions on numpy
-arrays so they can be unit-tested and reused without FLARE.
+Server workflows take a round's results through `take_updates` (validation, site-name order, reasons for missing
+sites) and combine the valid updates with `aggregate(rule, updates)`; the rules themselves are plain functions on
+numpy arrays so they can be unit-tested and reused without FLARE.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from server_app.aggregation.intake import (RoundIntake, UpdateCheck, matching, missing_sites, reported_samples,
+                                           scalar_metrics, site_name, take_updates)
 from server_app.aggregation.median import coordinate_median
 from server_app.aggregation.trimmed_mean import trimmed_mean
-from server_app.aggregation.updates import Params, SiteUpdate, UpdateRejected, check_updates
+from server_app.aggregation.updates import (Params, SiteUpdate, UpdateRejected, check_sample_count, check_update,
+                                            check_updates)
 from server_app.aggregation.weighted_mean import weighted_mean
 
 RULES: dict[str, Callable[..., Params]] = {
@@ -21,11 +25,14 @@ RULES: dict[str, Callable[..., Params]] = {
 
 
 def aggregate(rule: str, updates: Sequence[SiteUpdate], reference: Params | None = None, **options: float) -> Params:
-    """Validate `updates` (against `reference` when given) and combine them with the named rule."""
+    """Validate `updates` (against `reference` when given) and combine them with the named rule, in the order given
+    (`take_updates` gives site-name order, which keeps float sums bit-identical from run to run)."""
     if rule not in RULES:
         raise ValueError(f"unknown aggregation rule {rule!r}; choose one of {sorted(RULES)}")
     check_updates(updates, reference)
     return RULES[rule](updates, **options)
 
 
-__all__ = ["RULES", "Params", "SiteUpdate", "UpdateRejected", "aggregate", "check_updates"]
+__all__ = ["RULES", "Params", "RoundIntake", "SiteUpdate", "UpdateCheck", "UpdateRejected", "aggregate",
+           "check_sample_count", "check_update", "check_updates", "matching", "missing_sites", "reported_samples",
+           "scalar_metrics", "site_name", "take_updates"]

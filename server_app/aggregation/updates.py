@@ -28,10 +28,15 @@ class SiteUpdate:
     num_samples: int
 
 
-def check_update(update: SiteUpdate, reference: Mapping[str, np.ndarray] | None) -> None:
-    """Refuse an update with missing/extra keys, wrong shapes, non-float values, non-finite values or no samples."""
+def check_sample_count(update: SiteUpdate) -> None:
+    """Refuse an update without a positive integer sample count: weighted rules would divide by it or let it dominate."""
     if not isinstance(update.num_samples, (int, np.integer)) or update.num_samples <= 0:
         raise UpdateRejected(update.site, f"number of training samples must be a positive integer, got {update.num_samples!r}")
+
+
+def check_update(update: SiteUpdate, reference: Mapping[str, np.ndarray] | None) -> None:
+    """Refuse an update with missing/extra keys, wrong shapes, non-float values, non-finite values or no samples."""
+    check_sample_count(update)
     if not update.params:
         raise UpdateRejected(update.site, "it carries no parameters")
     if reference is not None:
@@ -69,4 +74,5 @@ def stack(updates: Sequence[SiteUpdate], name: str) -> np.ndarray:
 
 
 def as_original_dtype(value: np.ndarray, updates: Sequence[SiteUpdate], name: str) -> np.ndarray:
+    """Cast a rule's float64 result back to the dtype the sites sent, so the global model keeps its dtype."""
     return value.astype(np.asarray(updates[0].params[name]).dtype)
