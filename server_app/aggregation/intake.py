@@ -1,0 +1,88 @@
+"""The one update intake of every server workflow: read the sites' results, validate each, order them by site.
+
+Float sums depend on their order, and sites answer in whatever order the network gives. The intake therefore
+hands the valid updates to aggregation in site-name order, so the same seed gives bit-identical global models
+however the answers race. A bad update never stops the intake: it is left out with its reason, named by site,
+and so is a site that answered more than once; sites that did not answer at all are listed as `no_result`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nvflare.apis.fl_constant import FLMetaKey
+from nvflare.app_common.abstract.fl_model import FLModel
+
+from server_app.aggregation.updates import Params, SiteUpdate, UpdateRejected, check_update
+
+UNKNOWN_SITE = "unknown site"
+
+UpdateCheck = Callable[[SiteUpdate, Mapping[str, Any]], None]
+"""Raises `UpdateRejected` when an update (with its result's meta) may not touch the global model."""
+
+
+def site_name(result: FLModel) -> str:
+    """The name of the site FLARE received `result` from."""
+    return (result.meta or {}).get("client_name", UNKNOWN_SITE)
+
+
+def reported_samples(result: FLModel) -> Any:
+    """The site's training-set size as sent (FLARE's NUM_STEPS_CURRENT_ROUND); checked, not trusted, by the intake."""
+    return (result.meta or {}).get(FLMetaKey.NUM_STEPS_CURRENT_ROUND, 0)
+
+
+def scalar_metrics(result: FLModel) -> dict[str, float]:
+    """The site's metrics as plain floats, ready for results.json."""
+    return {k: float(v) for k, v in (result.metrics or {}).items()}
+
+
+def missing_sites(expected_sites: Iterable[str], answered: Iterable[str]) -> list[str]:
+    """The expected sites that sent no result (their task failed or they did not answer in time), sorted."""
+    return sorted(set(expected_sites) - set(answered))
+
+
+def matching(reference: Params) -> UpdateCheck:
+    """The usual check: the update must match `reference` (the global model) in names, shapes and dtype kind."""
+    return lambda update, meta: check_update(update, reference)
+
+
+@dataclass(frozen=True)
+class RoundIntake:
+    """One round's answers: the valid updates in site-name order, their metrics and meta, and why others are absent."""
+
+    updates: list[SiteUpdate]
+    metrics: dict[str, dict[str, float]]
+    meta: dict[str, dict[str, Any]]
+    rejected: dict[str, str]
+    no_result: list[str]
+
+    def record(self) -> dict[str, Any]:
+        """The round's entry in results.json: every valid site's samples and metrics, and the missing sites."""
+        sites = {u.site: {"num_samples": int(u.num_samples), "metrics": self.metrics[u.site]} for u in self.updates}
+        return {"sites": sites, "rejected": self.rejected, "no_result": self.no_result}
+
+
+def take_updates(results: Sequence[FLModel], expected_sites: Iterable[str], check: UpdateCheck,
+                 log_rejection: Callable[[str], None] = lambda message: None) -> RoundIntake:
+    """Validate every result with `check`; the valid ones come back sorted by site name, whatever their arrival order."""
+    by_site: dict[str, list[FLModel]] = {}
+    for result in results:
+        by_site.setdefault(site_name(result), []).append(result)
+    updates, metrics, meta, rejected = [], {}, {}, {}
+    for site in sorted(by_site):
+        result = by_site[site][0]
+        update = SiteUpdate(site, result.params or {}, reported_samples(result))
+        try:
+            if len(by_site[site]) > 1:
+                raise UpdateRejected(site, f"the site sent {len(by_site[site])} updates for the same round")
+            check(update, result.meta or {})
+        except UpdateRejected as exc:
+            log_rejection(str(exc))
+            rejected[site] = exc.reason
+            continue
+        updates.append(update)
+        metrics[site] = scalar_metrics(result)
+        meta[site] = dict(result.meta or {})
+    return RoundIntake(updates, metrics, meta, rejected, missing_sites(expected_sites, by_site))
