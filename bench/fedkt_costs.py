@@ -27,7 +27,7 @@ from server_app.privacy.dp_calibration import calibrate_noise
 from server_app.privacy.unmask import unmask_sum
 from site_agent.fedkt.demo_autoencoder import public_images
 from site_agent.fedkt.stats import class_statistics, encode_latents, site_statistics
-from fl_contract.fedkt.wire import from_ring, to_ring
+from fl_contract.fedkt.wire import from_ring
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, to_autoencoder_range
 from site_agent.secure_agg import generate_keypair, mask_vector
 
@@ -72,7 +72,7 @@ def site_pass(model: torch.nn.Module, n_images: int, repeats: int) -> dict[str, 
 def server_release(num_sites: int, rng: np.random.Generator) -> float:
     latents = torch.from_numpy(rng.normal(0, 3, (num_sites * 20, D)))
     labels = torch.arange(num_sites * 20) % CLASSES
-    per_site = [to_ring(class_statistics(latents[i::num_sites], labels[i::num_sites], CLASSES, R), R)
+    per_site = [class_statistics(latents[i::num_sites], labels[i::num_sites], CLASSES, R)
                 for i in range(num_sites)]
     payloads = {f"site-{i:04d}": v for i, v in enumerate(per_site)}
     calibration = calibrate_noise(10.0, 1e-5, R)

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fl_contract.fedkt.wire import RING_DTYPE
+
 _HKDF_LABEL = b"hospital-fl/fedkt-csd/pairwise-mask/v1"
 
 

@@ -1,4 +1,4 @@
-"""The FedKT-CSD wire format, shared by sites and server: per-class statistics, their payload and fixed point.
+"""The FedKT-CSD wire format, shared by sites and server: layout and fixed point of the per-class statistics.
 
 Layout, per class c in order, then classes one after another (flat length L = C * (d+1)(d+2)/2):
 
@@ -6,16 +6,16 @@ Layout, per class c in order, then classes one after another (flat length L = C 
     outer_upper[c]  d(d+1)/2     upper triangle (row-major, diagonal included) of sum z z^T
     counts[c]       1            number of records
 
-The float32 payload is what the privacy officer reads and what the paper sizes (335,400 bytes for d = 128 and
-10 classes). What a site sends is the same layout in fixed point on the ring Z/2^64, masked (`secure_agg`).
+A site sends this layout as integers on the ring Z/2^64 (RING_DTYPE), masked (`secure_agg`); the privacy officer
+reads it unmasked (`site-agent fedkt export`). Only the server turns it into numbers in latent units (`from_ring`).
 
 Fixed point: a clipped latent z (||z|| <= R) is truncated towards zero onto the grid R * 2^-FRACTION_BITS, so
 that z = R * q * 2^-FRACTION_BITS with integer q and ||q|| <= 2^FRACTION_BITS (truncation never lengthens z,
 so the DP sensitivities stay exactly R and R^2). Sums then have scale R * 2^-13, sums of outer products
-R^2 * 2^-26, counts 1: every entry of every partial sum is an integer of magnitude at most
-records * 2^26 <= 2^50 for up to MAX_RECORDS = 2^24 records over all sites. That keeps the float64 sums exact,
-so encoding, masking, summing and decoding give the same integers whatever the partition of the records over
-sites, and the ring sum (two's complement, |value| < 2^63) can never wrap.
+R^2 * 2^-26, counts 1. Sites quantise each record once and add the integers q, q q^T and 1 in the ring, where
+addition is exact and order-free, so any partition of the records over sites gives the same bits. For up to
+MAX_RECORDS = 2^24 records over all sites every entry of every sum has magnitude at most records * 2^26 <= 2^50:
+far from wrapping the two's-complement range (|value| < 2^63), and exact in the server's float64 decoding.
 """
 
 from __future__ import annotations
@@ -27,19 +27,13 @@ import numpy as np
 
 FRACTION_BITS = 13
 MAX_RECORDS = 2**24
-_MAX_MAGNITUDE = MAX_RECORDS * 2 ** (2 * FRACTION_BITS)  # 2^50: exact in float64 with room for rounding
-PAYLOAD_DTYPE = np.dtype("<f4")
+_MAX_MAGNITUDE = MAX_RECORDS * 2 ** (2 * FRACTION_BITS)  # 2^50: exact in float64
 RING_DTYPE = np.dtype("<u8")
 
 
 def class_length(dim: int) -> int:
     """Entries per class: d + d(d+1)/2 + 1 = (d+1)(d+2)/2."""
     return (dim + 1) * (dim + 2) // 2
-
-
-def payload_nbytes(dim: int, num_classes: int) -> int:
-    """Size of the float32 payload in bytes."""
-    return num_classes * class_length(dim) * PAYLOAD_DTYPE.itemsize
 
 
 def upper_triangle(matrices: np.ndarray) -> np.ndarray:
@@ -57,19 +51,33 @@ def full_matrix(upper: np.ndarray, dim: int) -> np.ndarray:
     return out
 
 
+def join_fields(sums: np.ndarray, outer_upper: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """(C, d), (C, d(d+1)/2), (C,) of one dtype -> the flat layout."""
+    num_classes, dim = sums.shape
+    if outer_upper.shape != (num_classes, dim * (dim + 1) // 2) or counts.shape != (num_classes,):
+        raise ValueError(f"inconsistent statistics shapes: sums {sums.shape}, outer_upper {outer_upper.shape}, "
+                         f"counts {counts.shape}")
+    return np.concatenate([sums, outer_upper, counts[:, None]], axis=1).reshape(-1)
+
+
+def split_fields(flat: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The flat layout -> copies of (sums (C, d), outer_upper (C, d(d+1)/2), counts (C,)), dtype kept."""
+    dim = _dim_from_length(flat.size, num_classes)
+    rows = flat.reshape(num_classes, class_length(dim))
+    split = dim + dim * (dim + 1) // 2
+    return rows[:, :dim].copy(), rows[:, dim:split].copy(), rows[:, split].copy()
+
+
 @dataclass(frozen=True)
 class ClassStatistics:
-    """Per-class sufficient statistics of clipped latents, float64, in latent units."""
+    """Per-class statistics in latent units, float64: the server's decoded sums and their DP-noised release."""
 
     sums: np.ndarray  # (C, d)
     outer_upper: np.ndarray  # (C, d(d+1)/2)
     counts: np.ndarray  # (C,)
 
     def __post_init__(self) -> None:
-        num_classes, dim = self.sums.shape
-        if self.outer_upper.shape != (num_classes, dim * (dim + 1) // 2) or self.counts.shape != (num_classes,):
-            raise ValueError(f"inconsistent statistics shapes: sums {self.sums.shape}, outer_upper "
-                             f"{self.outer_upper.shape}, counts {self.counts.shape}")
+        self.to_flat()  # refuses inconsistent shapes
         if not all(np.isfinite(a).all() for a in (self.sums, self.outer_upper, self.counts)):
             raise ValueError("statistics contain NaN or infinite values")
 
@@ -83,33 +91,11 @@ class ClassStatistics:
 
     def to_flat(self) -> np.ndarray:
         """The documented layout as one float64 vector."""
-        return np.concatenate([self.sums, self.outer_upper, self.counts[:, None]], axis=1).reshape(-1)
+        return join_fields(*(np.asarray(a, dtype=np.float64) for a in (self.sums, self.outer_upper, self.counts)))
 
     @classmethod
     def from_flat(cls, flat: np.ndarray, num_classes: int) -> ClassStatistics:
-        dim = _dim_from_length(flat.size, num_classes)
-        rows = np.asarray(flat, dtype=np.float64).reshape(num_classes, class_length(dim))
-        split = dim + dim * (dim + 1) // 2
-        return cls(rows[:, :dim].copy(), rows[:, dim:split].copy(), rows[:, split].copy())
-
-    def to_payload(self) -> np.ndarray:
-        """The float32 payload (rounds the float64 sums to float32)."""
-        return self.to_flat().astype(PAYLOAD_DTYPE)
-
-    @classmethod
-    def from_payload(cls, payload: np.ndarray, num_classes: int) -> ClassStatistics:
-        if payload.dtype != PAYLOAD_DTYPE or payload.ndim != 1:
-            raise ValueError(f"payload must be a 1-D little-endian float32 array, got {payload.dtype} {payload.shape}")
-        return cls.from_flat(payload, num_classes)
-
-    def to_bytes(self) -> bytes:
-        return self.to_payload().tobytes()
-
-    @classmethod
-    def from_bytes(cls, data: bytes, num_classes: int) -> ClassStatistics:
-        if len(data) % PAYLOAD_DTYPE.itemsize:
-            raise ValueError(f"{len(data)} bytes is not a whole number of float32 values")
-        return cls.from_payload(np.frombuffer(data, dtype=PAYLOAD_DTYPE), num_classes)
+        return cls(*split_fields(np.asarray(flat, dtype=np.float64), num_classes))
 
 
 def fixed_point_scales(clip_norm: float) -> tuple[float, float]:
@@ -119,47 +105,40 @@ def fixed_point_scales(clip_norm: float) -> tuple[float, float]:
 
 
 def quantize_latents(clipped: np.ndarray, clip_norm: float) -> np.ndarray:
-    """(N, d) clipped latents -> integer-valued float64 q with z ~= q * R * 2^-FRACTION_BITS, |q| truncated."""
-    q = np.trunc(np.asarray(clipped, dtype=np.float64) / fixed_point_scales(clip_norm)[0])
-    if (np.square(q).sum(axis=1) > 4.0**FRACTION_BITS).any():
+    """(N, d) clipped float64 latents -> int64 q with z ~= q * R * 2^-FRACTION_BITS, |q| truncated."""
+    q = np.trunc(np.asarray(clipped, dtype=np.float64) / fixed_point_scales(clip_norm)[0]).astype(np.int64)
+    if (np.square(q).sum(axis=1) > 4**FRACTION_BITS).any():
         raise ValueError(f"latents are not clipped to norm {clip_norm}: clip before quantizing")
     return q
 
 
 def check_capacity(num_records: int) -> None:
-    """Refuse a record count for which the fixed-point sums could lose exactness or overflow the ring."""
+    """Refuse a record count for which the fixed-point sums could leave the exactly decodable range."""
     if num_records > MAX_RECORDS:
         raise ValueError(f"{num_records} records exceed the fixed-point capacity of {MAX_RECORDS} "
                          f"(FRACTION_BITS = {FRACTION_BITS}); a larger federation needs a smaller FRACTION_BITS, "
                          "the same on every site and the server")
 
 
-def to_ring(stats: ClassStatistics, clip_norm: float) -> np.ndarray:
-    """Fixed-point encoding on Z/2^64: round(value / scale), negative values as two's complement."""
-    check_capacity(int(stats.counts.sum()))
-    integers = np.rint(stats.to_flat() / _scale_vector(stats.dim, stats.num_classes, clip_norm))
-    if np.abs(integers).max(initial=0.0) > _MAX_MAGNITUDE:
-        raise ValueError("statistics exceed the fixed-point range: were the latents clipped to the clip norm?")
-    return integers.astype(np.int64).view(RING_DTYPE)
-
-
-def from_ring(vector: np.ndarray, num_classes: int, clip_norm: float) -> ClassStatistics:
-    """Decode a (summed) ring vector: uint64 read as two's-complement int64, times the fixed-point scales."""
+def ring_fields(vector: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A (summed) ring vector as signed integers (sums, outer_upper, counts), refused outside the fixed-point range."""
     if vector.dtype != RING_DTYPE or vector.ndim != 1:
         raise ValueError(f"ring vector must be 1-D little-endian uint64, got {vector.dtype} {vector.shape}")
-    dim = _dim_from_length(vector.size, num_classes)
     integers = vector.view(np.int64)
     if ((integers > _MAX_MAGNITUDE) | (integers < -_MAX_MAGNITUDE)).any():
         raise ValueError("decoded sums exceed the fixed-point range: masks did not cancel or too many records")
-    stats = ClassStatistics.from_flat(integers * _scale_vector(dim, num_classes, clip_norm), num_classes)
-    check_capacity(int(stats.counts.sum()))
-    return stats
+    sums, outer_upper, counts = split_fields(integers, num_classes)
+    if (counts < 0).any():
+        raise ValueError(f"negative record counts {counts.tolist()}: masks did not cancel")
+    check_capacity(int(counts.sum()))
+    return sums, outer_upper, counts
 
 
-def _scale_vector(dim: int, num_classes: int, clip_norm: float) -> np.ndarray:
+def from_ring(vector: np.ndarray, num_classes: int, clip_norm: float) -> ClassStatistics:
+    """Decode a (summed) ring vector into latent units: its signed integers times the fixed-point scales."""
+    sums, outer_upper, counts = ring_fields(vector, num_classes)
     step, outer_step = fixed_point_scales(clip_norm)
-    per_class = np.concatenate([np.full(dim, step), np.full(dim * (dim + 1) // 2, outer_step), [1.0]])
-    return np.tile(per_class, num_classes)
+    return ClassStatistics(sums * step, outer_upper * outer_step, counts.astype(np.float64))
 
 
 def _dim_from_length(length: int, num_classes: int) -> int:

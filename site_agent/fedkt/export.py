@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from site_agent import __version__
-from fl_contract.fedkt.wire import RING_DTYPE, from_ring, payload_nbytes
+from fl_contract.fedkt.wire import RING_DTYPE, ring_fields
 from fl_contract.models.dcae import AutoencoderIdentity
 
 PAYLOAD_FILE = "fedkt_statistics.u64"
@@ -45,13 +45,12 @@ def write_export(folder: Path, vector: np.ndarray, settings: ExportSettings, ide
     """Write the vector, its metadata and the human-readable summary into `folder`; returns the summary's path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    stats = from_ring(vector, len(settings.classes), identity.clip_norm)
-    data = vector.astype(RING_DTYPE).tobytes()
+    sums, _, counts = ring_fields(vector, len(settings.classes))
+    data = vector.tobytes()
     metadata = {
         "format": FORMAT, "site_agent_version": __version__, **asdict(settings),
-        "counts": {name: int(n) for name, n in zip(settings.classes, stats.counts)},
-        "dim": stats.dim, "entries": int(vector.size), "bytes": len(data),
-        "float32_equivalent_bytes": payload_nbytes(stats.dim, stats.num_classes),
+        "counts": {name: int(n) for name, n in zip(settings.classes, counts)},
+        "dim": sums.shape[1], "entries": int(vector.size), "bytes": len(data),
         "payload_sha256": hashlib.sha256(data).hexdigest(), "autoencoder": identity.manifest(),
     }
     (folder / PAYLOAD_FILE).write_bytes(data)
@@ -70,8 +69,8 @@ def summary(metadata: dict[str, Any]) -> str:
         f"  latent size d: {metadata['dim']}; per class: sum of clipped latents (d), upper triangle of the sum of\n"
         f"    outer products (d(d+1)/2), count (1)\n"
         f"  clip norm R: {ae['clip_norm']} ({ae['clip_norm_provenance']})\n"
-        f"  vector: {metadata['entries']} little-endian uint64 fixed-point values, {metadata['bytes']} bytes "
-        f"(as float32: {metadata['float32_equivalent_bytes']} bytes), sha256 {metadata['payload_sha256']}\n"
+        f"  vector: {metadata['entries']} little-endian uint64 fixed-point values, {metadata['bytes']} bytes, "
+        f"sha256 {metadata['payload_sha256']}\n"
         f"  encoder: {ae['name']}, weights sha256 {ae['weights_sha256']}\n"
         f"  images {metadata['image_size']}x{metadata['image_size']}, held out for evaluation: "
         f"{metadata['holdout_fraction']} (split seed {metadata['seed']})\n"
@@ -100,6 +99,6 @@ def read_export(folder: Path, settings: ExportSettings, identity: AutoencoderIde
         raise ValueError(f"{payload_path}: sha256 differs from the reviewed one in {meta_path}; the file changed "
                          "after review: export and review it again")
     vector = np.frombuffer(data, dtype=RING_DTYPE).copy()
-    from_ring(vector, len(settings.classes), identity.clip_norm)  # refuses a vector of the wrong layout or range
+    ring_fields(vector, len(settings.classes))  # refuses a vector of the wrong layout or range
     return vector
 

@@ -17,7 +17,6 @@ import torch
 from site_agent.data.isic import IsicImageReader, IsicRecord, read_isic_site
 from site_agent.data.reader import DataError
 from site_agent.fedkt.stats import site_statistics
-from fl_contract.fedkt.wire import to_ring
 from fl_contract.models.dcae import LoadedAutoencoder, to_autoencoder_range
 
 
@@ -65,6 +64,5 @@ def statistics_vector(autoencoder: LoadedAutoencoder, folder: Path, classes: Seq
     """The site's unmasked fixed-point statistics on Z/2^64: what the job masks and sends, and what the export holds."""
     split = load_split(folder, classes, holdout_fraction, seed)
     data = read_images(split.statistics, image_size)
-    stats = site_statistics(autoencoder.model, to_autoencoder_range(data.images), data.labels, len(classes),
-                            autoencoder.clip_norm, batch_size)
-    return to_ring(stats, autoencoder.clip_norm)
+    return site_statistics(autoencoder.model, to_autoencoder_range(data.images), data.labels, len(classes),
+                           autoencoder.clip_norm, batch_size)

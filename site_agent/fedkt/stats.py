@@ -1,7 +1,9 @@
 """Per-class sufficient statistics of clipped DC-AE latents: the only thing a FedKT-CSD site computes.
 
-Each latent is clipped to L2 norm <= R (the autoencoder's clip norm), which bounds one record's contribution
-for the server's DP release, then put on the fixed-point grid of `wire` so that every sum below is exact.
+Each latent is clipped to L2 norm <= R (the autoencoder's clip norm) in float64, which bounds one record's
+contribution for the server's DP release, and quantised once onto the fixed-point grid of `wire`. From there on
+everything is integer arithmetic on the ring's 64-bit words, exact and independent of order: the server's sum
+over sites is the same bits as one site's vector over all records, whatever the partition.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import numpy as np
 import torch
 from diffusers import AutoencoderDC
 
-from fl_contract.fedkt.wire import ClassStatistics, fixed_point_scales, quantize_latents, upper_triangle
+from fl_contract.fedkt.wire import RING_DTYPE, check_capacity, join_fields, quantize_latents, upper_triangle
 
 
 def encode_latents(model: AutoencoderDC, images: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
@@ -34,26 +36,27 @@ def clip_latents(latents: torch.Tensor, clip_norm: float) -> torch.Tensor:
     return latents * torch.clamp(clip_norm / norms.clamp_min(torch.finfo(torch.float64).tiny), max=1.0)
 
 
-def class_statistics(latents: torch.Tensor, labels: torch.Tensor, num_classes: int,
-                     clip_norm: float) -> ClassStatistics:
-    """Per class: sum of clipped latents, upper triangle of the sum of their outer products, and the count."""
+def class_statistics(latents: torch.Tensor, labels: torch.Tensor, num_classes: int, clip_norm: float) -> np.ndarray:
+    """Per class: sum of clipped latents, upper triangle of the sum of their outer products, and the count.
+
+    Returns the unmasked ring vector in the wire layout (RING_DTYPE; `wire.from_ring` decodes it). The integer
+    products and sums run in torch int64, whose two's-complement words are the ring's (numpy multiplies uint64
+    matrices ~25x slower); the capacity bound keeps every entry below 2^50, so nothing wraps.
+    """
     if labels.shape != (latents.shape[0],):
         raise ValueError(f"{latents.shape[0]} latents but labels of shape {tuple(labels.shape)}")
     if labels.numel() and (labels.min() < 0 or labels.max() >= num_classes):
         raise ValueError(f"labels must lie in 0..{num_classes - 1}, got {labels.min()}..{labels.max()}")
-    q = quantize_latents(clip_latents(latents, clip_norm).numpy(), clip_norm)
-    labels_np = labels.cpu().numpy()
-    step, outer_step = fixed_point_scales(clip_norm)
-    sums, outers, counts = [], [], []
-    for c in range(num_classes):
-        q_c = q[labels_np == c]
-        sums.append(q_c.sum(axis=0) * step)
-        outers.append(upper_triangle(q_c.T @ q_c) * outer_step)
-        counts.append(float(q_c.shape[0]))
-    return ClassStatistics(np.stack(sums), np.stack(outers), np.array(counts))
+    check_capacity(latents.shape[0])
+    q = torch.from_numpy(quantize_latents(clip_latents(latents, clip_norm).numpy(), clip_norm))
+    labels = labels.cpu()
+    per_class = [q[labels == c] for c in range(num_classes)]
+    return join_fields(np.stack([q_c.sum(dim=0).numpy() for q_c in per_class]),
+                       np.stack([upper_triangle((q_c.T @ q_c).numpy()) for q_c in per_class]),
+                       np.array([q_c.shape[0] for q_c in per_class], dtype=np.int64)).view(RING_DTYPE)
 
 
 def site_statistics(model: AutoencoderDC, images: torch.Tensor, labels: torch.Tensor, num_classes: int,
-                    clip_norm: float, batch_size: int = 64) -> ClassStatistics:
-    """Encode a site's images (in [-1, 1]) and reduce them to per-class statistics."""
+                    clip_norm: float, batch_size: int = 64) -> np.ndarray:
+    """Encode a site's images (in [-1, 1]) and reduce them to the per-class statistics' ring vector."""
     return class_statistics(encode_latents(model, images, batch_size), labels, num_classes, clip_norm)

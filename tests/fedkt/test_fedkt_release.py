@@ -10,7 +10,7 @@ from server_app.fedkt_release import (add_noise, class_gaussians, decode_latents
                                       release_class_gaussians, sample_latents)
 from server_app.privacy.dp_calibration import NoiseCalibration, calibrate_noise
 from site_agent.fedkt.stats import class_statistics
-from fl_contract.fedkt.wire import ClassStatistics, upper_triangle
+from fl_contract.fedkt.wire import ClassStatistics, from_ring, upper_triangle
 from fl_contract.models.dcae import build_tiny_dcae
 
 
@@ -22,7 +22,7 @@ def _calibration(std_mean, std_outer, std_count=None):
 def _stats(num_classes=3, dim=4, n=200, seed=0):
     generator = torch.Generator().manual_seed(seed)
     latents = torch.randn(n, dim, generator=generator) + 1.0
-    return class_statistics(latents, torch.arange(n) % num_classes, num_classes, clip_norm=10.0)
+    return from_ring(class_statistics(latents, torch.arange(n) % num_classes, num_classes, 10.0), num_classes, 10.0)
 
 
 def test_psd_projection_gives_a_valid_covariance():
@@ -51,7 +51,7 @@ def test_bias_correction_on_a_known_case():
 
 def test_bias_correction_makes_the_covariance_unbiased_under_mean_noise():
     latents = torch.randn(10, 2, generator=torch.Generator().manual_seed(0)) * 5.0
-    stats = class_statistics(latents, torch.zeros(10, dtype=torch.long), 1, clip_norm=100.0)
+    stats = from_ring(class_statistics(latents, torch.zeros(10, dtype=torch.long), 1, clip_norm=100.0), 1, 100.0)
     exact = class_gaussians(stats, std_mean=0.0).covariances[0]
     calibration = _calibration(std_mean=5.0, std_outer=1e-6)  # (std_mean / n)^2 = 0.25
 

@@ -1,11 +1,11 @@
-"""Site statistics: clipping, per-class sums and outer products, equal to a hand computation."""
+"""Site statistics: clipping, then exact integer per-class sums and outer products, equal to a hand computation."""
 
 import numpy as np
 import pytest
 import torch
 
 from site_agent.fedkt.stats import class_statistics, clip_latents, encode_latents, site_statistics
-from fl_contract.fedkt.wire import fixed_point_scales
+from fl_contract.fedkt.wire import RING_DTYPE, fixed_point_scales, from_ring, ring_fields
 from fl_contract.models.dcae import build_tiny_dcae
 
 
@@ -17,30 +17,45 @@ def test_clipping_scales_only_long_latents():
     torch.testing.assert_close(clipped, torch.tensor([[0.6, 0.8], [0.6, 0.8], [0.0, 0.0]], dtype=torch.float64))
 
 
-def test_class_statistics_equal_hand_computation_with_clipping():
-    latents = torch.tensor([[3.0, 4.0], [1.0, -1.0], [0.0, 2.0]])  # first one is clipped from norm 5 to 2
+def test_class_statistics_are_the_integer_sums_of_the_quantised_latents():
+    step, _ = fixed_point_scales(2.0)
+    latents = torch.tensor([[3.0, 4.0], [-5.5 * step, 7.25 * step], [0.0, 2.0]], dtype=torch.float64)
+    labels = torch.tensor([0, 0, 2])  # the first latent is clipped from norm 5 to 2: (1.2, 1.6)
+
+    vector = class_statistics(latents, labels, num_classes=3, clip_norm=2.0)
+
+    q = np.array([[int(1.2 / step), int(1.6 / step)], [-5, 7]])  # truncated towards zero
+    first = q.T @ q
+    sums, outer_upper, counts = ring_fields(vector, num_classes=3)
+    assert vector.dtype == RING_DTYPE
+    np.testing.assert_array_equal(sums, [q.sum(axis=0), [0, 0], [0, 2**13]])
+    np.testing.assert_array_equal(outer_upper, [[first[0, 0], first[0, 1], first[1, 1]], [0, 0, 0], [0, 0, 2**26]])
+    np.testing.assert_array_equal(counts, [2, 0, 1])
+
+
+def test_decoded_statistics_equal_the_float_computation_to_the_grid():
+    latents = torch.tensor([[3.0, 4.0], [1.0, -1.0], [0.0, 2.0]])
     labels = torch.tensor([0, 0, 2])
 
-    stats = class_statistics(latents, labels, num_classes=3, clip_norm=2.0)
+    stats = from_ring(class_statistics(latents, labels, num_classes=3, clip_norm=2.0), 3, 2.0)
 
     clipped = np.array([1.2, 1.6])
-    step, outer_step = fixed_point_scales(2.0)
-    np.testing.assert_allclose(stats.sums, [clipped + [1, -1], [0, 0], [0, 2]], atol=step)
+    step, _ = fixed_point_scales(2.0)
+    np.testing.assert_allclose(stats.sums, [clipped + [1, -1], [0, 0], [0, 2]], atol=2 * step)
     first = np.outer(clipped, clipped) + np.outer([1, -1], [1, -1])
     np.testing.assert_allclose(stats.outer_upper, [[first[0, 0], first[0, 1], first[1, 1]], [0, 0, 0], [0, 0, 4]],
-                               atol=4 * step)
-    np.testing.assert_array_equal(stats.counts, [2, 0, 1])
+                               atol=8 * step)
 
 
 def test_quantized_latents_never_exceed_the_clip_norm():
     latents = torch.randn(500, 16, generator=torch.Generator().manual_seed(0)) * 10
     labels = torch.zeros(500, dtype=torch.long)
 
-    stats = class_statistics(latents, labels, num_classes=1, clip_norm=1.5)
+    _, outer_upper, _ = ring_fields(class_statistics(latents, labels, num_classes=1, clip_norm=1.5), 1)
 
-    diagonal = stats.outer_upper[0, [i * 16 - i * (i - 1) // 2 for i in range(16)]]
-    assert diagonal.sum() <= 500 * 1.5**2  # trace of sum z z^T = sum ||z||^2
-    assert diagonal.sum() > 500 * 1.5**2 * 0.999
+    trace = outer_upper[0, [i * 16 - i * (i - 1) // 2 for i in range(16)]].sum()  # sum of ||q||^2
+    assert trace <= 500 * 4**13
+    assert trace > 500 * 4**13 * 0.999
 
 
 def test_labels_out_of_range_are_refused():
@@ -60,8 +75,9 @@ def test_site_statistics_from_tiny_autoencoder_have_d128_and_batching_does_not_m
     images = torch.rand(6, 3, 64, 64, generator=torch.Generator().manual_seed(1)) * 2 - 1
     labels = torch.tensor([0, 1, 0, 1, 1, 0])
 
-    one_batch = site_statistics(model, images, labels, num_classes=2, clip_norm=1.0, batch_size=6)
-    small_batches = site_statistics(model, images, labels, num_classes=2, clip_norm=1.0, batch_size=4)
+    one_batch = from_ring(site_statistics(model, images, labels, num_classes=2, clip_norm=1.0, batch_size=6), 2, 1.0)
+    small_batches = from_ring(site_statistics(model, images, labels, num_classes=2, clip_norm=1.0, batch_size=4), 2,
+                              1.0)
 
     assert one_batch.dim == 128
     np.testing.assert_array_equal(one_batch.counts, [3, 3])
