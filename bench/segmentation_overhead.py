@@ -27,11 +27,11 @@ from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
+from jobs.segmentation.spec import KIND, SegmentationParams
 from site_agent.data.synthetic_brats import write_brats_site
 from fl_contract.models import state_dict_to_numpy
 from site_agent.site_config import SiteConfig
 from site_agent.tasks.executor import SiteContext
-from site_agent.tasks.segmentation import SegmentationTask
 
 
 def _bare_monai_round(net: SegResNet, train: DataLoader, val: DataLoader, roi: list[int]) -> None:
@@ -64,7 +64,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "site-1" / "brats"
         write_brats_site(folder, 1, n_cases=args.cases, shape=(args.size,) * 3, layout="nifti")
-        task = SegmentationTask(model_args=model_args, roi_size=roi, val_fraction=0.25, seed=0)
+        task = KIND.site_task_component(SegmentationParams(init_filters=args.filters, dropout_prob=0.0, roi_size=tuple(roi),
+                                                          val_fraction=0.25, tracking=False)).instantiate()
         ctx = SiteContext("site-1", SiteConfig(Path(tmp) / "site_agent.json", {"brats": str(folder)}), torch.device("cpu"), Path(tmp), Signal())
         torch.manual_seed(0)
         global_params = state_dict_to_numpy(SegResNet(**model_args, in_channels=4, out_channels=3))

@@ -18,8 +18,8 @@ from datetime import datetime
 from pathlib import Path
 
 from jobs.admin import submit_and_wait
-from jobs.common import export
-from jobs.segmentation.job import CPU_DEMO, CPU_DEMO_DATA, build_job
+from jobs.common import build_job, export
+from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, KIND, SegmentationParams
 from provisioning.loopback import LoopbackFederation, free_port
 from provisioning.provision import customise, load_template, provision
 from site_agent.data.synthetic_brats import write_brats_site
@@ -47,7 +47,7 @@ def main() -> None:
     for index, site in enumerate(SITES, start=1):
         write_brats_site(workspace / "data" / site, index, **CPU_DEMO_DATA)
         write_site_config(federation.kit(site), {"brats": str(workspace / "data" / site)})
-    job_dir = export(build_job(num_rounds=1, local_epochs=1, min_clients=3, **CPU_DEMO), workspace / "jobs")
+    job_dir = export(build_job(KIND, SegmentationParams(num_rounds=1, local_epochs=1, min_clients=3, **CPU_DEMO)), workspace / "jobs")
     with LoopbackFederation(federation) as loopback:
         loopback.start_server()
         for site in SITES:

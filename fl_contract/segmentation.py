@@ -1,5 +1,7 @@
 """Segmentation job: the model name and the metric keys sites report and the server selects on."""
 
+from collections.abc import Sequence
+
 from fl_contract.labels import REGIONS
 
 MODEL = "segresnet"
@@ -8,3 +10,8 @@ SELECTION_METRIC = DICE_KEYS[-1]  # val_dice_mean: the best global model is chos
 VAL_CASES = "val_cases"  # how many validation cases the site's Dice values average over
 TRAIN_LOSS = "train_loss"
 DP_NOISE_STD = "dp_noise_std"
+
+
+def min_roi_divisor(blocks_down: Sequence[int]) -> int:
+    """ROI sides must be multiples of this: SegResNet halves the volume once per level after the first."""
+    return 2 ** (len(blocks_down) - 1)

@@ -13,13 +13,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from jobs.common import export
-from jobs.registry import JOB_MODULES, job_module, job_params
+from jobs.cli_options import add_parameter_options, params_from_args
+from jobs.registry import job_kind, kinds
 
 
 def _build(args: argparse.Namespace, out_dir: Path) -> Path:
-    module = job_module(args.kind)
-    return export(module.build_job(**job_params(module, args)), out_dir)
+    from jobs.common import build_job, export
+
+    kind = job_kind(args.kind)
+    return export(build_job(kind, params_from_args(kind, args, args.parser)), out_dir)
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -86,21 +88,37 @@ def _add_command_options(name: str, parser: argparse.ArgumentParser) -> None:
                             help="model folder the server needs (e.g. dcae=/models/dc-ae for fedkt-csd)")
 
 
+def _docs(args: argparse.Namespace) -> int:
+    from jobs.docs import parameter_tables
+
+    Path(args.out).write_text(parameter_tables())
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _list(_: argparse.Namespace) -> int:
+    for kind in kinds().values():
+        print(f"{kind.name:<20} {kind.summary}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fl-job", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("list", help="list the job kinds").set_defaults(func=lambda _: print("\n".join(sorted(JOB_MODULES))) or 0)
+    commands.add_parser("list", help="list the job kinds").set_defaults(func=_list)
+    docs = commands.add_parser("docs", help="write the parameter tables of every job kind (docs/job-parameters.md)")
+    docs.add_argument("--out", default="docs/job-parameters.md")
+    docs.set_defaults(func=_docs)
     for name, func, help_text in (("export", _export, "write a job folder for the FLARE console"),
                                   ("submit", _submit, "submit through the FLARE API and wait"),
                                   ("simulate", _simulate, "run in FLARE's simulator")):
-        kinds = commands.add_parser(name, help=help_text).add_subparsers(dest="kind", required=True, metavar="KIND")
-        for kind in sorted(JOB_MODULES):
-            module = job_module(kind)
-            command = kinds.add_parser(kind, help=(module.__doc__ or "").split("\n")[0])
+        subcommands = commands.add_parser(name, help=help_text).add_subparsers(dest="kind", required=True, metavar="KIND")
+        for kind in kinds().values():
+            command = subcommands.add_parser(kind.name, help=kind.summary, description=kind.summary)
             _add_command_options(name, command)
-            module.add_arguments(command)
-            command.set_defaults(func=func)
+            add_parameter_options(command, kind.params)
+            command.set_defaults(func=func, parser=command)
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 

@@ -1,22 +1,40 @@
-"""What every job shares: a FedJob that ships no code and records the agent version it was built for."""
+"""Build and export a job of any kind: a FedJob that ships no code and records the agent version it was built for."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from nvflare.job_config.api import FedJob
 
-from provisioning.policy import server_allow_list, site_allow_list
 from fl_contract.version import AGENT_VERSION, AGENT_VERSION_KEY
+from jobs.spec import JobKind, JobParams
+from provisioning.policy import server_allow_list, site_allow_list
 
-APP_PACKAGES = ["site_agent", "server_app"]
+APP_PACKAGES = ["fl_contract", "site_agent", "server_app"]
 
 
 def new_job(name: str, min_clients: int) -> FedJob:
     """A FedJob whose components are referenced by import path from the installed packages (no `custom/`)."""
     job = FedJob(name=name, min_clients=min_clients, meta_props={AGENT_VERSION_KEY: AGENT_VERSION})
     job.set_app_packages(APP_PACKAGES)
+    return job
+
+
+def build_job(kind: JobKind[Any], params: JobParams | None = None) -> FedJob:
+    """The FedJob of `kind` with `params` (the kind's defaults when None); imports the kind's classes."""
+    params = params if params is not None else kind.params()
+    if not isinstance(params, kind.params):
+        raise TypeError(f"{kind.name} takes {kind.params.__name__}, got {type(params).__name__}")
+    apps = kind.apps(params)
+    job = new_job(kind.name_for(params), int(getattr(params, "min_clients", 1)))
+    job.to_server(kind.controller_component(params).instantiate())
+    for extra in apps.server_extras:
+        job.to_server(extra.instantiate(), id=extra.id)
+    job.to_clients(kind.site_task_component(params).instantiate())
+    for extra in apps.site_extras:
+        job.to_clients(extra.instantiate(), id=extra.id)
     return job
 
 
@@ -37,12 +55,16 @@ def export(job: FedJob, out_dir: Path) -> Path:
             outside = sorted(set(_class_paths(json.loads(config.read_text()))) - set(allowed))
             if outside:
                 raise RuntimeError(f"job {job.name} uses {outside} in {config.relative_to(out_dir)}, which the "
-                                   "provisioned allow-lists do not admit; add the classes to provisioning/policy.py "
-                                   "and re-provision the kits")
+                                   "provisioned allow-lists do not admit; declare the classes in the job kind's spec "
+                                   "(jobs/<kind>/spec.py) and re-provision the kits")
     return job_dir
 
 
-def _class_paths(config: dict) -> list[str]:
+def export_kind(kind: JobKind[Any], params: JobParams | None, out_dir: Path) -> Path:
+    return export(build_job(kind, params), out_dir)
+
+
+def _class_paths(config: dict[str, Any]) -> list[str]:
     """Every component class a FLARE app config instantiates (executors, workflows, components, filters)."""
     entries = [e["executor"] for e in config.get("executors", [])] + config.get("workflows", []) + config.get("components", [])
     for key in ("task_data_filters", "task_result_filters"):

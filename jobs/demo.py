@@ -8,26 +8,19 @@ admin submits each demo job through the FLARE API, follows it, downloads the res
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import shutil
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from nvflare.job_config.api import FedJob
-
-from jobs.admin import JobOutcome, submit_and_wait
-from jobs.common import export
-from jobs.fedavg_linear import job as fedavg_linear
-from jobs.fedkt_csd import demo as fedkt_csd_demo
-from jobs.playerfl import demo as playerfl_demo
-from jobs.segmentation import demo as segmentation_demo
+from jobs.admin import submit_and_wait
+from jobs.common import build_job, export
+from jobs.demo_job import DemoJob
+from jobs.registry import job_kind, kinds
 from provisioning.loopback import LoopbackFederation, free_port
 from provisioning.provision import customise, load_template, provision
 from server_app.server_config import write_server_config
-from site_agent.data.linear_demo import write_linear_site
 from site_agent.preflight import FAIL, format_table, run_checks
 from site_agent.site_config import write_site_config
 
@@ -35,41 +28,14 @@ ADMIN = "admin@coordinating-centre.org"
 SITES = ["site-1", "site-2", "site-3"]
 
 
-@dataclass(frozen=True)
-class DemoJob:
-    """One job of the demo: how each site makes its data, how the admin builds the job, what to print at the end."""
-
-    name: str
-    make_site_data: Callable[[int, str, Path], dict[str, str]]  # (1-based index, site, data root) -> dataset folders
-    build: Callable[[], FedJob]
-    summarise: Callable[[JobOutcome], str]
-    server_models: Callable[[Path], dict[str, str]] | None = None  # (data root) -> model folders for server_app.json
-
-
-def _linear_data(index: int, site: str, root: Path) -> dict[str, str]:
-    return {"linear": str(write_linear_site(root / site / "linear", index).parent)}
-
-
-def _linear_summary(outcome: JobOutcome) -> str:
-    results = json.loads((outcome.server_app_dir() / "results.json").read_text())
-    lines = ["round  global w          samples per site"]
-    for entry in results["rounds"]:
-        w = ", ".join(f"{v:+.3f}" for v in entry["global_weights"]["weight"])
-        counts = ", ".join(f"{s}={v['num_samples']}" for s, v in entry["sites"].items())
-        lines.append(f"{entry['round']:>5}  [{w}]  {counts}")
-    lines.append("reference (ALGORITHMS.md): round 1 [1.354, -2.023], round 3 [1.935, -2.898], round 5 [1.995, -2.990]")
-    return "\n".join(lines)
-
-
-DEMO_JOBS = {
-    "fedavg-linear": DemoJob("fedavg-linear", _linear_data, fedavg_linear.build_job, _linear_summary),
-    "fedkt-csd": DemoJob("fedkt-csd", fedkt_csd_demo.site_data, fedkt_csd_demo.build, fedkt_csd_demo.summary,
-                         fedkt_csd_demo.server_models),
-    "brats-segmentation": DemoJob("brats-segmentation", segmentation_demo.site_data, segmentation_demo.build,
-                                  segmentation_demo.summary),
-    "playerfl": DemoJob("playerfl", playerfl_demo.site_data, playerfl_demo.build_playerfl, playerfl_demo.summary),
-    "playerfl-fedavg": DemoJob("playerfl-fedavg", playerfl_demo.site_data, playerfl_demo.build_fedavg, playerfl_demo.summary),
-}
+def demo_jobs() -> dict[str, DemoJob]:
+    """Every registered job kind's demo entries, by demo name."""
+    entries: dict[str, DemoJob] = {}
+    for kind in kinds().values():
+        if kind.demo:
+            module, _, attribute = kind.demo.partition(":")
+            entries.update((d.name, d) for d in getattr(importlib.import_module(module), attribute))
+    return entries
 
 
 def _step(text: str) -> None:
@@ -80,7 +46,8 @@ def run_demo(workspace: Path, job_names: list[str], port: int | None = None) -> 
     workspace = Path(workspace).resolve()
     if workspace.exists():
         shutil.rmtree(workspace)
-    jobs = [DEMO_JOBS[name] for name in job_names]
+    available = demo_jobs()
+    jobs = [available[name] for name in job_names]
     started = time.monotonic()
 
     _step("federation lead: provisioning startup kits (server, 3 sites, 1 admin)")
@@ -115,7 +82,7 @@ def run_demo(workspace: Path, job_names: list[str], port: int | None = None) -> 
         try:
             for job in jobs:
                 _step(f"admin: submitting {job.name} through the FLARE API")
-                job_dir = export(job.build(), workspace / "jobs")
+                job_dir = export(build_job(job_kind(job.kind), job.params), workspace / "jobs")
                 outcome = submit_and_wait(session, job_dir, timeout=1800)
                 if not outcome.completed:
                     print(f"{job.name} ended {outcome.status}: {outcome.refusal()}")
@@ -132,12 +99,13 @@ def run_demo(workspace: Path, job_names: list[str], port: int | None = None) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fl-demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workspace", type=Path, default=Path("demo-workspace"), help="folder for kits, data, results (recreated)")
-    parser.add_argument("--jobs", default=",".join(DEMO_JOBS), help=f"comma-separated, from: {', '.join(DEMO_JOBS)}")
+    available = demo_jobs()
+    parser.add_argument("--jobs", default=",".join(available), help=f"comma-separated, from: {', '.join(available)}")
     parser.add_argument("--port", type=int, help="server port on 127.0.0.1 (default: a free one)")
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.jobs.split(",")) - set(DEMO_JOBS))
+    unknown = sorted(set(args.jobs.split(",")) - set(available))
     if unknown:
-        parser.error(f"unknown demo jobs {unknown}; choose from {sorted(DEMO_JOBS)}")
+        parser.error(f"unknown demo jobs {unknown}; choose from {sorted(available)}")
     return run_demo(args.workspace, args.jobs.split(","), args.port)
 
 

@@ -1,27 +1,65 @@
-"""The job kinds an admin can build, by name. Each module defines NAME, build_job(**params) and add_arguments(parser)."""
+"""The job kinds an admin can build, by name: one spec module per kind (`jobs/<kind>/spec.py`, attribute KIND).
+
+Everything derived from job kinds (CLI, export, allow-lists, demo, docs tables) reads this registry, so a new kind
+is one spec module added to SPEC_MODULES, or `register(kind)` for a kind defined elsewhere.
+"""
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import inspect
-from types import ModuleType
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
-JOB_MODULES = {
-    "fedavg-linear": "jobs.fedavg_linear.job",
-    "fedkt-csd": "jobs.fedkt_csd.job",
-    "brats-segmentation": "jobs.segmentation.job",
-    "playerfl": "jobs.playerfl.job",
-}
+from jobs.spec import JobKind
 
-
-def job_module(kind: str) -> ModuleType:
-    if kind not in JOB_MODULES:
-        raise SystemExit(f"unknown job kind {kind!r}; known kinds: {', '.join(sorted(JOB_MODULES))}")
-    return importlib.import_module(JOB_MODULES[kind])
+SPEC_MODULES = (
+    "jobs.fedavg_linear.spec",
+    "jobs.fedkt_csd.spec",
+    "jobs.segmentation.spec",
+    "jobs.playerfl.spec",
+)
+_KINDS: dict[str, JobKind[Any]] = {}
 
 
-def job_params(module: ModuleType, args: argparse.Namespace) -> dict:
-    """The parsed options that are parameters of the module's build_job."""
-    names = inspect.signature(module.build_job).parameters
-    return {name: value for name, value in vars(args).items() if name in names}
+def kinds() -> dict[str, JobKind[Any]]:
+    """Every registered job kind by name, sorted by name."""
+    if not _KINDS:
+        for module in SPEC_MODULES:
+            kind = importlib.import_module(module).KIND
+            _KINDS[kind.name] = kind
+    return dict(sorted(_KINDS.items()))
+
+
+def job_kind(name: str) -> JobKind[Any]:
+    known = kinds()
+    if name not in known:
+        raise KeyError(f"unknown job kind {name!r}; known kinds: {', '.join(known)}")
+    return known[name]
+
+
+def register(kind: JobKind[Any]) -> None:
+    kinds()
+    if kind.name in _KINDS:
+        raise ValueError(f"job kind {kind.name!r} is already registered")
+    _KINDS[kind.name] = kind
+
+
+@contextmanager
+def registered(kind: JobKind[Any]) -> Iterator[JobKind[Any]]:
+    """A job kind registered for the duration of a `with` block (tests, plug-ins trying a kind out)."""
+    register(kind)
+    try:
+        yield kind
+    finally:
+        del _KINDS[kind.name]
+
+
+def site_classes() -> list[str]:
+    """Every class a job of a registered kind may instantiate at a site."""
+    return sorted({k.site_task for k in kinds().values()} | {c for k in kinds().values() for c in k.site_classes})
+
+
+def server_classes() -> list[str]:
+    """Every class a job of a registered kind may instantiate on the server."""
+    return sorted({k.controller for k in kinds().values()} | {c for k in kinds().values() for c in k.server_classes})

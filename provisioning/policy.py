@@ -6,47 +6,27 @@ prefix admits every callable reachable through our modules (imported helpers inc
 
 from __future__ import annotations
 
-from nvflare.app_common.logging.job_log_receiver import JobLogReceiver
-from nvflare.app_common.logging.job_log_streamer import JobLogStreamer
-from nvflare.app_common.widgets.convert_to_fed_event import ConvertToFedEvent
-from nvflare.app_opt.tracking.tb.tb_receiver import TBAnalyticsReceiver
-from nvflare.app_opt.tracking.tb.tb_writer import TBWriter
-
-from server_app.fedavg import FedAvgController
-from server_app.fedkt_csd import FedKTCSDController
-from server_app.playerfl import PLayerFLController
-from site_agent.site_guard import SiteGuard
-from site_agent.tasks.fedkt_csd import FedKTCSDTask
-from site_agent.tasks.linear_regression import LinearRegressionTask
-from site_agent.tasks.playerfl import PLayerFLTask
-from site_agent.tasks.segmentation import SegmentationTask
+from jobs.registry import server_classes, site_classes
 
 DEFAULT_ACCEPTED_ROLES = ["project_admin", "lead"]
-
-
-def class_path(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-# Classes a job may instantiate at a site: our site tasks, and FLARE's log streamer that sites add to every job.
-SITE_JOB_CLASSES = [LinearRegressionTask, JobLogStreamer, PLayerFLTask, FedKTCSDTask]
-# Segmentation: its task, and FLARE's experiment tracking (TensorBoard writer, local -> federated event relay).
-SITE_JOB_CLASSES += [SegmentationTask, TBWriter, ConvertToFedEvent]
-# Classes a job may instantiate on the server: our workflows and FLARE's log receiver.
-SERVER_JOB_CLASSES = [FedAvgController, JobLogReceiver, PLayerFLController, FedKTCSDController]
-SERVER_JOB_CLASSES += [TBAnalyticsReceiver]  # segmentation: FLARE's TensorBoard receiver
+SITE_GUARD = "site_agent.site_guard.SiteGuard"
+# FLARE adds these to every job: sites stream job logs (unless switched off), the server receives them.
+JOB_LOG_STREAMER = "nvflare.app_common.logging.job_log_streamer.JobLogStreamer"
+JOB_LOG_RECEIVER = "nvflare.app_common.logging.job_log_receiver.JobLogReceiver"
 
 
 def site_allow_list() -> list[str]:
-    return sorted(class_path(c) for c in SITE_JOB_CLASSES)
+    """Exact classes a job may instantiate at a site: every registered job kind's, and FLARE's log streamer."""
+    return sorted({*site_classes(), JOB_LOG_STREAMER})
 
 
 def server_allow_list() -> list[str]:
-    return sorted(class_path(c) for c in SERVER_JOB_CLASSES)
+    """Exact classes a job may instantiate on the server: every registered job kind's, and FLARE's log receiver."""
+    return sorted({*server_classes(), JOB_LOG_RECEIVER})
 
 
 def site_guard_component(accepted_roles: list[str]) -> dict:
-    return {"id": "site_guard", "path": class_path(SiteGuard), "args": {"accepted_submitter_roles": list(accepted_roles)}}
+    return {"id": "site_guard", "path": SITE_GUARD, "args": {"accepted_submitter_roles": list(accepted_roles)}}
 
 
 # Every right written out: FLARE's "any" for a role would include byoc (custom code in jobs).

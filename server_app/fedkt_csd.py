@@ -23,13 +23,12 @@ from server_app.results import RunRecorder
 from server_app.server_config import CONFIG_FILE, ServerConfig
 from fl_contract.version import AGENT_VERSION as __version__
 from fl_contract.device import select_device
-from fl_contract.fedkt import protocol
+from fl_contract.fedkt import MIN_SITES, protocol
 from fl_contract.fedkt.classifier import train_classifier
 from fl_contract.fedkt.wire import from_ring
 from fl_contract.models import state_dict_to_numpy
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
 
-MIN_SITES = 3  # with two sites, each could work out the other's statistics from the sum and its own
 
 
 class JobStopped(RuntimeError):
@@ -43,10 +42,10 @@ class FedKTCSDController(ModelController):
     and audits on non-sensitive data only, since anyone who knows it can subtract the noise.
     """
 
-    def __init__(self, classes: list[str], autoencoder: str = "dcae", image_size: int = 64, epsilon: float = 10.0,
-                 delta: float = 1e-5, adjacency: str = "add_remove", method: str = "analytic",
-                 samples_per_class: int = 0, min_clients: int = MIN_SITES, min_count: float = 2.0,
-                 noise_seed: int | None = None, evaluate: bool = False, classifier_epochs: int = 10, seed: int = 0):
+    def __init__(self, *, classes: list[str], autoencoder: str, image_size: int, epsilon: float,
+                 delta: float, adjacency: str, method: str,
+                 samples_per_class: int, min_clients: int, min_count: float,
+                 noise_seed: int | None, evaluate: bool, classifier_epochs: int, seed: int):
         super().__init__(persistor_id="", ignore_result_error=True)  # a failed site is handled here, by name
         if min_clients < MIN_SITES:
             raise ValueError(f"min_clients must be at least {MIN_SITES} for secure aggregation, got {min_clients}")

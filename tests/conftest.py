@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from support import ADMIN, provision_demo_federation
 
-from jobs.common import export
-from jobs.fedavg_linear.job import build_job
+from jobs.common import build_job, export
+from jobs.fedavg_linear.spec import FedAvgLinearParams, KIND
 from provisioning.loopback import LoopbackFederation
 from provisioning.provision import Federation
 
@@ -42,4 +42,4 @@ def running_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run
 
 @pytest.fixture(scope="session")
 def fedavg_job_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export(build_job(), tmp_path_factory.mktemp("jobs"))
+    return export(build_job(KIND, FedAvgLinearParams()), tmp_path_factory.mktemp("jobs"))

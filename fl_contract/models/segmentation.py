@@ -40,8 +40,3 @@ def segresnet(
         blocks_down=tuple(blocks_down),
         blocks_up=tuple(blocks_up),
     )
-
-
-def min_roi_divisor(blocks_down: Sequence[int]) -> int:
-    """ROI sides must be multiples of this: SegResNet halves the volume once per level after the first."""
-    return 2 ** (len(blocks_down) - 1)

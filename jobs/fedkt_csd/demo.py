@@ -11,10 +11,9 @@ import os
 import shutil
 from pathlib import Path
 
-from nvflare.job_config.api import FedJob
-
 from jobs.admin import JobOutcome
-from jobs.fedkt_csd.job import build_job
+from jobs.demo_job import DemoJob
+from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
 from jobs.demo_data import isic_demo_site
 from site_agent.fedkt.demo_autoencoder import train_demo_autoencoder
 from fl_contract.models.dcae import load_autoencoder
@@ -47,10 +46,6 @@ def server_models(root: Path) -> dict[str, str]:
     return {"dcae": str(demo_autoencoder(root))}
 
 
-def build() -> FedJob:
-    return build_job(evaluate=True, classifier_epochs=10)
-
-
 def summary(outcome: JobOutcome) -> str:
     out = outcome.server_app_dir()
     results = json.loads((out / "results.json").read_text())
@@ -63,3 +58,7 @@ def summary(outcome: JobOutcome) -> str:
         lines.append(f"  {site}: accuracy {metrics['accuracy']:.3f}, balanced accuracy {metrics['balanced_accuracy']:.3f} "
                      f"({int(metrics['num_test'])} images)")
     return "\n".join(lines)
+
+
+DEMOS = [DemoJob("fedkt-csd", KIND.name, FedKTCSDParams(evaluate=True, classifier_epochs=10), site_data, summary,
+                 server_models)]

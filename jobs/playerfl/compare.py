@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from jobs.common import export
-from jobs.playerfl.job import build_job
+from jobs.common import build_job, export
+from jobs.playerfl.spec import KIND, PLayerFLParams
 from jobs.simulate import simulate
 from server_app.report import load_runs, write_report
 from server_app.results import RESULTS_FILE
@@ -26,7 +26,7 @@ def write_demo_sites(data_dir: Path, num_sites: int, images_per_site: int, image
 def simulate_method(method: str, out_dir: Path, sites: list[str], data_dir: Path, seed: int, **job_args: object) -> Path:
     """Export and simulate one method; returns its results.json, or raises naming the log if the job aborted."""
     name = f"{method}-seed{seed}"
-    job_dir = export(build_job(method=method, seed=seed, min_clients=len(sites), **job_args), Path(out_dir) / "jobs" / name)
+    job_dir = export(build_job(KIND, PLayerFLParams(method=method, seed=seed, min_clients=len(sites), **job_args)), Path(out_dir) / "jobs" / name)
     run = simulate(job_dir, Path(out_dir) / "runs" / name, sites, {"isic": str(Path(data_dir).resolve() / "{site_name}")})
     results = run.server_app_dir / RESULTS_FILE
     if run.aborted() or not results.is_file():

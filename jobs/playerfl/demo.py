@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nvflare.job_config.api import FedJob
-
 from jobs.admin import JobOutcome
 from jobs.demo_data import isic_demo_site
-from jobs.playerfl.job import build_job
+from jobs.demo_job import DemoJob
+from jobs.playerfl.spec import KIND, PLayerFLParams
 from server_app.results import RESULTS_FILE
 
 # Enough optimiser steps (~4 rounds x 4 epochs x 8 batches) for the narrow CNN5 to leave the majority-class plateau
@@ -22,14 +21,6 @@ def site_data(index: int, site: str, root: Path) -> dict[str, str]:
     return {"isic": isic_demo_site(index, site, root)}
 
 
-def build_playerfl() -> FedJob:
-    return build_job(method="playerfl", **DEMO_JOB_ARGS)
-
-
-def build_fedavg() -> FedJob:
-    return build_job(method="fedavg", **DEMO_JOB_ARGS)
-
-
 def summary(outcome: JobOutcome) -> str:
     """Per-site held-out scores, the federation's weighted score and fairness, and PLayer-FL's split."""
     results = json.loads((outcome.server_app_dir() / RESULTS_FILE).read_text())
@@ -40,3 +31,7 @@ def summary(outcome: JobOutcome) -> str:
                  f"{s['test_balanced_accuracy']:.3f}; fairness (variance of macro-F1) {s['test_macro_f1_variance']:.4f}")
     lines.append(f"federated layers: {results['federated_layers']} (the rest stay at each site)")
     return "\n".join(lines)
+
+
+DEMOS = [DemoJob("playerfl", KIND.name, PLayerFLParams(method="playerfl", **DEMO_JOB_ARGS), site_data, summary),
+         DemoJob("playerfl-fedavg", KIND.name, PLayerFLParams(method="fedavg", **DEMO_JOB_ARGS), site_data, summary)]

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nvflare.job_config.api import FedJob
-
 from jobs.admin import JobOutcome
-from jobs.segmentation.job import CPU_DEMO, CPU_DEMO_DATA, build_job
+from jobs.demo_job import DemoJob
+from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, KIND, SegmentationParams
 from server_app.results import RESULTS_FILE
 from server_app.segmentation_report import markdown
 from site_agent.data.synthetic_brats import write_brats_site
@@ -20,12 +19,12 @@ def site_data(index: int, site: str, root: Path) -> dict[str, str]:
     return {"brats": str(folder)}
 
 
-def build() -> FedJob:
-    return build_job(num_rounds=3, local_epochs=2, min_clients=3, **CPU_DEMO)
-
-
 def summary(outcome: JobOutcome) -> str:
     results = json.loads((outcome.server_app_dir() / RESULTS_FILE).read_text())
     final = results["final_validation"]["selection"]["value"]
     return (markdown(results) + f"\nfinal global model: validation Dice {final:.3f} (site-weighted mean of TC, WT, ET); "
             f"plot it with: fl-seg-report {outcome.result_dir} --out report/")
+
+
+DEMOS = [DemoJob("brats-segmentation", KIND.name, SegmentationParams(num_rounds=3, local_epochs=2, min_clients=3, **CPU_DEMO),
+                 site_data, summary)]

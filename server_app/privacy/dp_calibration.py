@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 import dp_accounting
 from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 
-Adjacency = Literal["add_remove", "replace_one"]
-Method = Literal["analytic", "pld", "split"]
+from fl_contract.fedkt import Adjacency, Method
+
 PLD_VALUE_DISCRETIZATION = 1e-3
 
 

@@ -40,7 +40,7 @@ class SiteContext:
 class TaskExecutor(Executor):
     """Dispatches FLARE task names to methods `task_<name>(model, ctx) -> FLModel` of the subclass."""
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int):
         super().__init__()
         self.seed = seed
 

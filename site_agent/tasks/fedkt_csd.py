@@ -27,9 +27,9 @@ class FedKTCSDTask(TaskExecutor):
     """`dataset` and `autoencoder` are keys of the site config; `reviewed_statistics`, if set, is the key of the
     folder holding the privacy officer's reviewed export, sent instead of recomputing."""
 
-    def __init__(self, classes: list[str], dataset: str = "isic", autoencoder: str = "dcae", image_size: int = 64,
-                 holdout_fraction: float = 0.2, batch_size: int = 32, reviewed_statistics: str | None = None,
-                 seed: int = 0):
+    def __init__(self, *, classes: list[str], dataset: str, autoencoder: str, image_size: int,
+                 holdout_fraction: float, batch_size: int = 32, reviewed_statistics: str | None,
+                 seed: int):
         super().__init__(seed=seed)
         self.classes = list(classes)
         self.dataset = dataset

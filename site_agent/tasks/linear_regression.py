@@ -14,7 +14,7 @@ from site_agent.tasks.executor import SiteContext, TaskExecutor
 class LinearRegressionTask(TaskExecutor):
     """`local_steps` full-batch SGD steps on the mean squared error, learning rate `learning_rate`."""
 
-    def __init__(self, learning_rate: float = 0.1, local_steps: int = 5, dataset: str = "linear", seed: int = 0):
+    def __init__(self, *, learning_rate: float, local_steps: int, dataset: str, seed: int):
         super().__init__(seed=seed)
         self.learning_rate = learning_rate
         self.local_steps = local_steps

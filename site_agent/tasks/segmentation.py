@@ -28,7 +28,6 @@ from site_agent.segmentation.dp import noise_std, privatise_update
 from site_agent.segmentation.training import precision, train_epochs, validate
 from site_agent.tasks.executor import SiteContext, TaskExecutor
 
-BRATS_ROI = (224, 224, 144)  # NVIDIA FLARE's BraTS 2018 training crop
 
 
 class SegmentationTask(TaskExecutor):
@@ -36,23 +35,24 @@ class SegmentationTask(TaskExecutor):
 
     def __init__(
         self,
-        model_args: dict | None = None,
-        dataset: str = "brats",
-        roi_size: Sequence[int] = BRATS_ROI,
-        label_map: str = "brats2021",
+        *,
+        model_args: dict | None,
+        dataset: str,
+        roi_size: Sequence[int],
+        label_map: str,
         grid: str = "refuse",
-        local_epochs: int = 1,
-        batch_size: int = 1,
-        learning_rate: float = 1e-4,
-        weight_decay: float = 1e-5,
-        val_fraction: float = 0.2,
-        cache_rate: float = 1.0,
+        local_epochs: int,
+        batch_size: int,
+        learning_rate: float,
+        weight_decay: float,
+        val_fraction: float,
+        cache_rate: float,
         sw_batch_size: int = 1,
         sw_overlap: float = 0.5,
-        dp_clip_norm: float = 0.0,
-        dp_noise_multiplier: float = 0.0,
-        analytic_sender_id: str = "",
-        seed: int = 0,
+        dp_clip_norm: float,
+        dp_noise_multiplier: float,
+        analytic_sender_id: str,
+        seed: int,
     ):
         super().__init__(seed=seed)
         self.model_args = model_args or {}

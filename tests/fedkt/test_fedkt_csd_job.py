@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 from support import JOB_FILES, read_exported_job
 
-from jobs.common import export
-from jobs.fedkt_csd.job import build_job
+from jobs.common import build_job, export
+from jobs.fedkt_csd.spec import FedKTCSDParams, KIND
 from jobs.simulate import SimulationRun, simulate
 from provisioning.policy import server_allow_list, site_allow_list
 from server_app import fedkt_outputs as outputs
@@ -48,12 +48,12 @@ def _federation(root: Path, autoencoder_dir: Path) -> dict[str, str]:
 
 def _run(root: Path, autoencoder_dir: Path, **params) -> SimulationRun:
     datasets = _federation(root, autoencoder_dir)
-    job_dir = export(build_job(noise_seed=1, **params), root / "job")
+    job_dir = export(build_job(KIND, FedKTCSDParams(noise_seed=1, **params)), root / "job")
     return simulate(job_dir, root / "ws", SITES, datasets, server_models={"dcae": str(autoencoder_dir)}, timeout=300)
 
 
 def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
-    job_dir = export(build_job(epsilon=4.0, reviewed_statistics="fedkt_reviewed"), tmp_path)
+    job_dir = export(build_job(KIND, FedKTCSDParams(epsilon=4.0, reviewed_statistics="fedkt_reviewed")), tmp_path)
 
     job = read_exported_job(job_dir)
     server, client = job.workflow, job.executor
@@ -97,7 +97,7 @@ def test_simulator_releases_synthetic_set_with_requested_counts_and_complete_man
 def test_site_failing_after_the_key_exchange_stops_the_job_naming_it(tmp_path, autoencoder_dir):
     datasets = _federation(tmp_path, autoencoder_dir)
     (tmp_path / "data" / "site-3" / "isic" / GROUND_TRUTH_CSV).unlink()  # keys still work; statistics cannot
-    job_dir = export(build_job(noise_seed=1), tmp_path / "job")
+    job_dir = export(build_job(KIND, FedKTCSDParams(noise_seed=1)), tmp_path / "job")
 
     run = simulate(job_dir, tmp_path / "ws", SITES, datasets, server_models={"dcae": str(autoencoder_dir)}, timeout=300)
 

@@ -24,8 +24,8 @@ from site_agent.fedkt.site_data import statistics_vector
 from fl_contract.fedkt.wire import RING_DTYPE, class_length
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
 from site_agent.site_config import SiteConfig, write_site_config
+from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
 from site_agent.tasks.executor import SiteContext
-from site_agent.tasks.fedkt_csd import FedKTCSDTask
 
 SITES = ["site-1", "site-2", "site-3"]
 CLASSES = list(PLAYERFL_CLASSES)
@@ -56,7 +56,7 @@ def _announce(ae: Path) -> FLModel:
 
 
 def _exchange(ae: Path, contexts: dict[str, SiteContext]) -> tuple[dict[str, FedKTCSDTask], dict[str, FLModel]]:
-    tasks = {site: FedKTCSDTask(classes=CLASSES) for site in SITES}
+    tasks = {site: _task() for site in SITES}
     keys = {site: _over_the_wire(tasks[site].task_keys(_announce(ae), contexts[site])) for site in SITES}
     return tasks, keys
 
@@ -95,4 +95,8 @@ def test_site_refuses_a_server_with_another_autoencoder(federation, tmp_path):
     other = save_autoencoder(build_tiny_dcae(1), tmp_path / "other-dcae", clip_norm=40.0, provenance="test")
 
     with pytest.raises(ValueError, match="site-1 does not match.*autoencoder weights_sha256"):
-        FedKTCSDTask(classes=CLASSES).task_keys(_announce(other), contexts["site-1"])
+        _task().task_keys(_announce(other), contexts["site-1"])
+
+
+def _task():
+    return KIND.site_task_component(FedKTCSDParams(classes=tuple(CLASSES))).instantiate()

@@ -21,8 +21,8 @@ from site_agent.fedkt.site_data import statistics_vector
 from fl_contract.fedkt.wire import RING_DTYPE
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
 from site_agent.site_config import SiteConfig, write_site_config
+from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
 from site_agent.tasks.executor import SiteContext
-from site_agent.tasks.fedkt_csd import FedKTCSDTask
 
 CLASSES = list(PLAYERFL_CLASSES)
 SETTINGS = ExportSettings(CLASSES, 64, 0.2, 0)
@@ -60,7 +60,7 @@ def test_export_holds_the_unmasked_job_vector_and_a_summary_naming_what_is_sent(
 def test_job_sends_the_reviewed_vector_masked(site):
     kit, folder = site
     ctx = SiteContext("site-2", SiteConfig.for_kit(kit), torch.device("cpu"), kit, Signal())
-    task = FedKTCSDTask(classes=CLASSES, reviewed_statistics="fedkt_reviewed")
+    task = KIND.site_task_component(FedKTCSDParams(classes=CLASSES, reviewed_statistics="fedkt_reviewed")).instantiate()
     identity = load_autoencoder(ctx.data_dir("dcae")).identity
     own_key = task.task_keys(FLModel(params={}, meta=protocol.announcement("s", CLASSES, 64, identity)), ctx)
 

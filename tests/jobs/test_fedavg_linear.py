@@ -10,8 +10,8 @@ import pytest
 import torch
 from support import JOB_FILES, read_exported_job
 
-from jobs.common import export
-from jobs.fedavg_linear.job import build_job
+from jobs.common import build_job, export
+from jobs.fedavg_linear.spec import FedAvgLinearParams, KIND
 from jobs.simulate import simulate
 from site_agent import __version__
 from site_agent.data.linear_demo import FILE_NAME, write_linear_site
@@ -31,7 +31,7 @@ def _results(run) -> dict:
 
 
 def test_exported_job_ships_no_code_and_records_parameters(tmp_path):
-    job_dir = export(build_job(num_rounds=2, local_steps=3, aggregation="trimmed_mean", trim_fraction=0.2), tmp_path)
+    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=2, local_steps=3, aggregation="trimmed_mean", trim_fraction=0.2)), tmp_path)
 
     job = read_exported_job(job_dir)
     server, client = job.workflow, job.executor
@@ -40,12 +40,14 @@ def test_exported_job_ships_no_code_and_records_parameters(tmp_path):
     assert job.meta["site_agent_version"] == __version__
     assert server["path"] == "server_app.fedavg.FedAvgController"
     assert server["args"] | {"num_rounds": 2, "aggregation": "trimmed_mean", "trim_fraction": 0.2} == server["args"]
-    assert client == {"path": "site_agent.tasks.linear_regression.LinearRegressionTask", "args": {"local_steps": 3}}
+    # every parameter is written out, so the job folder alone says what the sites will run
+    assert client == {"path": "site_agent.tasks.linear_regression.LinearRegressionTask",
+                      "args": {"learning_rate": 0.1, "local_steps": 3, "dataset": "linear", "seed": 0}}
 
 
 @pytest.mark.simulator
 def test_simulator_reproduces_reference_weights(tmp_path):
-    job_dir = export(build_job(), tmp_path / "job")
+    job_dir = export(build_job(KIND, FedAvgLinearParams()), tmp_path / "job")
 
     run = simulate(job_dir, tmp_path / "ws", SITES, _site_data(tmp_path / "data"))
 
@@ -64,7 +66,7 @@ def test_diverging_site_is_rejected_by_name_and_the_others_are_averaged(tmp_path
     path = tmp_path / "data" / "site-2" / "linear" / FILE_NAME
     with np.load(path) as arrays:
         np.savez(path, x=arrays["x"] * 1e20, y=arrays["y"])  # finite data whose gradient overflows
-    job_dir = export(build_job(num_rounds=2, min_clients=2), tmp_path / "job")
+    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=2, min_clients=2)), tmp_path / "job")
 
     run = simulate(job_dir, tmp_path / "ws", SITES, datasets)
 

@@ -12,8 +12,8 @@ import torch
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
-from jobs.common import export
-from jobs.segmentation.job import CPU_DEMO, build_job
+from jobs.common import build_job, export
+from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
 from jobs.simulate import SimulationRun, simulate
 from server_app.aggregation import SiteUpdate
 from server_app.aggregation.weighted_mean import weighted_mean
@@ -37,7 +37,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
         write_brats_site(root / "data" / site / "brats", index, n_cases=CASES[site], shape=(32, 32, 32), layout="nifti")
     broken = root / "data" / "site-2" / "brats" / BROKEN
     broken.write_bytes(broken.read_bytes()[:400])  # a truncated upload
-    job_dir = export(build_job(num_rounds=1, min_clients=2, tracking=False, **CPU_DEMO), root / "job")
+    job_dir = export(build_job(KIND, SegmentationParams(num_rounds=1, min_clients=2, tracking=False, **CPU_DEMO)), root / "job")
     return job_dir, {"brats": str(root / "data" / "{site_name}" / "brats")}, root
 
 

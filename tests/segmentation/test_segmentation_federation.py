@@ -7,15 +7,15 @@ import json
 import pytest
 
 from jobs.admin import submit_and_wait
-from jobs.common import export
-from jobs.segmentation.job import CPU_DEMO, build_job
+from jobs.common import build_job, export
+from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
 from server_app.results import BEST_MODEL_FILE, GLOBAL_MODEL_FILE
 
 pytestmark = pytest.mark.federation
 
 
 def test_segmentation_job_with_client_dp_runs_and_reports_per_site(running_federation, tmp_path):
-    job_dir = export(build_job(num_rounds=2, dp_clip_norm=5.0, dp_noise_multiplier=0.001, min_clients=3, **CPU_DEMO), tmp_path)
+    job_dir = export(build_job(KIND, SegmentationParams(num_rounds=2, dp_clip_norm=5.0, dp_noise_multiplier=0.001, min_clients=3, **CPU_DEMO)), tmp_path)
     session = running_federation.session()
     try:
         outcome = submit_and_wait(session, job_dir, timeout=600, progress=None)

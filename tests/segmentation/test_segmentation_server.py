@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from support import JOB_FILES, read_exported_job
 
-from jobs.common import export
-from jobs.segmentation.job import CPU_DEMO, build_job
+from jobs.common import build_job, export
+from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
 from provisioning.policy import server_allow_list, site_allow_list
 from server_app.selection import BestModel, site_weighted_mean
 
@@ -37,7 +37,7 @@ def test_best_model_keeps_the_highest_scoring_round_and_its_weights():
 
 
 def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
-    job_dir = export(build_job(num_rounds=2, aggregation="median", dp_clip_norm=1.0, dp_noise_multiplier=0.1, **CPU_DEMO), tmp_path)
+    job_dir = export(build_job(KIND, SegmentationParams(num_rounds=2, aggregation="median", dp_clip_norm=1.0, dp_noise_multiplier=0.1, **CPU_DEMO)), tmp_path)
 
     job = read_exported_job(job_dir)
     client, server = job.client, job.server
@@ -52,4 +52,4 @@ def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
 @pytest.mark.parametrize("roi_size, message", [((30, 32, 32), "multiple of 4"), ((32, 32), "give 3 sizes")])
 def test_job_refuses_roi_sizes_the_network_cannot_tile(roi_size, message):
     with pytest.raises(ValueError, match=message):
-        build_job(**{**CPU_DEMO, "roi_size": roi_size})
+        build_job(KIND, SegmentationParams(**{**CPU_DEMO, "roi_size": roi_size}))

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from jobs.common import export
-from jobs.segmentation.job import CPU_DEMO, build_job
+from jobs.common import build_job, export
+from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
 from jobs.simulate import SimulationRun, simulate
 from site_agent.data.synthetic_brats import write_brats_site
 from fl_contract.models import build_model
@@ -29,7 +29,7 @@ def _site_data(root: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> SimulationRun:
     root = tmp_path_factory.mktemp("segmentation")
-    job_dir = export(build_job(num_rounds=3, local_epochs=2, **CPU_DEMO), root / "job")
+    job_dir = export(build_job(KIND, SegmentationParams(num_rounds=3, local_epochs=2, **CPU_DEMO)), root / "job")
     return simulate(job_dir, root / "ws", SITES, _site_data(root / "data"), timeout=600)
 
 

@@ -12,10 +12,10 @@ from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
+from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from site_agent.data.linear_demo import generate_linear_sites, write_linear_site
 from site_agent.site_config import SiteConfig, write_site_config
 from site_agent.tasks.executor import SiteContext
-from site_agent.tasks.linear_regression import LinearRegressionTask
 
 
 def _context(tmp_path: Path, site_index: int) -> SiteContext:
@@ -30,14 +30,14 @@ def test_local_round_matches_the_reference_gradient_steps(tmp_path):
     for _ in range(5):
         w = w - 0.1 * 2 * x.T @ (x @ w - y) / len(y)
 
-    result = LinearRegressionTask().task_train(FLModel(params={"weight": np.array([[0.5, -0.5]], np.float32)}), _context(tmp_path, 2))
+    result = _task().task_train(FLModel(params={"weight": np.array([[0.5, -0.5]], np.float32)}), _context(tmp_path, 2))
 
     np.testing.assert_allclose(result.params["weight"].ravel(), w.numpy(), rtol=1e-5)
     assert result.meta[FLMetaKey.NUM_STEPS_CURRENT_ROUND] == 200
 
 
 def test_message_carries_only_weights_sample_count_and_loss(tmp_path):
-    result = LinearRegressionTask().task_train(FLModel(params={"weight": np.zeros((1, 2), np.float32)}), _context(tmp_path, 1))
+    result = _task().task_train(FLModel(params={"weight": np.zeros((1, 2), np.float32)}), _context(tmp_path, 1))
 
     shareable = FLModelUtils.to_shareable(result)
     sent = FLModelUtils.from_shareable(shareable)
@@ -54,4 +54,9 @@ def test_missing_data_names_the_folder_and_the_fix(tmp_path):
     ctx = SiteContext("site-1", config, torch.device("cpu"), tmp_path, Signal())
 
     with pytest.raises(FileNotFoundError, match="linear.npz: no linear-regression data here.*site-agent demo-data linear"):
-        LinearRegressionTask().task_train(FLModel(params={"weight": np.zeros((1, 2), np.float32)}), ctx)
+        _task().task_train(FLModel(params={"weight": np.zeros((1, 2), np.float32)}), ctx)
+
+
+def _task():
+    """The site task exactly as a default fedavg-linear job configures it."""
+    return KIND.site_task_component(FedAvgLinearParams()).instantiate()

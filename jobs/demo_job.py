@@ -1,0 +1,26 @@
+"""One job of `fl-demo`: how each site makes its data, which parameters the admin submits, what to print at the end.
+
+Each job kind's spec names its demo module (`JobKind.demo`), which lists its DemoJob entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jobs.spec import JobParams
+
+if TYPE_CHECKING:
+    from jobs.admin import JobOutcome
+
+
+@dataclass(frozen=True)
+class DemoJob:
+    name: str
+    kind: str
+    params: JobParams
+    make_site_data: Callable[[int, str, Path], dict[str, str]]  # (1-based index, site, data root) -> dataset folders
+    summarise: Callable[[JobOutcome], str]
+    server_models: Callable[[Path], dict[str, str]] | None = None  # (data root) -> model folders for server_app.json
