@@ -25,12 +25,11 @@ import numpy as np
 import pydicom
 from monai.data import PydicomReader
 
+from readme_section import write_section
 from site_agent.data import dicom_series
 from site_agent.data.dicom_series import SeriesIds, read_dicom_series, write_dicom_series
 
-README = Path(__file__).with_name("README.md")
 BASELINE = "plain pydicom (dcmread + stack)"
-START, END = "<!-- dicom_read:start -->", "<!-- dicom_read:end -->"
 
 
 def plain_pydicom(folder: Path) -> np.ndarray:
@@ -95,20 +94,12 @@ def table(times: dict[str, list[float]], size: int, slices: int, repeats: int) -
     return "\n".join(lines)
 
 
-def write_readme(text: str) -> None:
-    content = README.read_text()
-    if START not in content:
-        raise SystemExit(f"{README} has no {START} marker; add the section first")
-    head, rest = content.split(START, 1)
-    README.write_text(f"{head}{START}\n{text}\n{END}{rest.split(END, 1)[1]}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--slices", type=int, default=155)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--write-readme", action="store_true", help=f"replace the results table in {README.name}")
+    parser.add_argument("--write-readme", action="store_true", help="replace the results table in bench/README.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "series"
@@ -117,7 +108,7 @@ def main() -> None:
         text = table(measure(folder, args.repeats), args.size, args.slices, args.repeats)
     print(text)
     if args.write_readme:
-        write_readme(text)
+        write_section("dicom_read", text)
 
 
 if __name__ == "__main__":

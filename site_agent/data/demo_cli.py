@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from site_agent.data import linear_demo, synthetic_isic
-from site_agent.data.isic import PLAYERFL_CLASSES, TRAINING_CLASSES
+from fl_contract.classes import PLAYERFL_CLASSES, TRAINING_CLASSES
 from fl_contract.labels import LABEL_MAPS
 
 
 def _linear(args: argparse.Namespace) -> int:
+    from site_agent.data import linear_demo  # readers import torch / MONAI: seconds that `--help` should not pay
+
     sizes = tuple(int(s) for s in args.sizes.split(","))
     path = linear_demo.write_linear_site(Path(args.out), args.site_index, sizes, args.seed)
     print(f"wrote {path} ({sizes[args.site_index - 1]} samples)")
@@ -18,7 +19,7 @@ def _linear(args: argparse.Namespace) -> int:
 
 
 def _brats(args: argparse.Namespace) -> int:
-    from site_agent.data import synthetic_brats  # imports MONAI: seconds that other commands should not pay
+    from site_agent.data import synthetic_brats
 
     cases = synthetic_brats.write_brats_site(
         Path(args.out), args.site_index, args.cases, (args.size,) * 3, args.seed, args.layout, LABEL_MAPS[args.label_map]
@@ -28,6 +29,8 @@ def _brats(args: argparse.Namespace) -> int:
 
 
 def _isic(args: argparse.Namespace) -> int:
+    from site_agent.data import synthetic_isic
+
     classes = tuple(args.classes.split(","))
     out = synthetic_isic.write_isic_site(
         Path(args.out), args.site_index, args.sites, args.images, classes, args.alpha, args.size, args.seed

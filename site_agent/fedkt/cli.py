@@ -10,11 +10,11 @@ import argparse
 from pathlib import Path
 
 from fl_contract.classes import PLAYERFL_CLASSES
-from fl_contract.device import select_device
 from site_agent.site_config import SiteConfig
 
 
 def _export(args: argparse.Namespace) -> int:
+    from fl_contract.device import select_device
     from site_agent.fedkt.export import ExportSettings, write_export
     from site_agent.fedkt.site_data import statistics_vector
     from fl_contract.models.dcae import load_autoencoder
