@@ -53,10 +53,7 @@ def full_matrix(upper: np.ndarray, dim: int) -> np.ndarray:
 
 def join_fields(sums: np.ndarray, outer_upper: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """(C, d), (C, d(d+1)/2), (C,) of one dtype -> the flat layout."""
-    num_classes, dim = sums.shape
-    if outer_upper.shape != (num_classes, dim * (dim + 1) // 2) or counts.shape != (num_classes,):
-        raise ValueError(f"inconsistent statistics shapes: sums {sums.shape}, outer_upper {outer_upper.shape}, "
-                         f"counts {counts.shape}")
+    _check_shapes(sums, outer_upper, counts)
     return np.concatenate([sums, outer_upper, counts[:, None]], axis=1).reshape(-1)
 
 
@@ -77,7 +74,7 @@ class ClassStatistics:
     counts: np.ndarray  # (C,)
 
     def __post_init__(self) -> None:
-        self.to_flat()  # refuses inconsistent shapes
+        _check_shapes(self.sums, self.outer_upper, self.counts)
         if not all(np.isfinite(a).all() for a in (self.sums, self.outer_upper, self.counts)):
             raise ValueError("statistics contain NaN or infinite values")
 
@@ -92,10 +89,6 @@ class ClassStatistics:
     def to_flat(self) -> np.ndarray:
         """The documented layout as one float64 vector."""
         return join_fields(*(np.asarray(a, dtype=np.float64) for a in (self.sums, self.outer_upper, self.counts)))
-
-    @classmethod
-    def from_flat(cls, flat: np.ndarray, num_classes: int) -> ClassStatistics:
-        return cls(*split_fields(np.asarray(flat, dtype=np.float64), num_classes))
 
 
 def fixed_point_scales(clip_norm: float) -> tuple[float, float]:
@@ -139,6 +132,13 @@ def from_ring(vector: np.ndarray, num_classes: int, clip_norm: float) -> ClassSt
     sums, outer_upper, counts = ring_fields(vector, num_classes)
     step, outer_step = fixed_point_scales(clip_norm)
     return ClassStatistics(sums * step, outer_upper * outer_step, counts.astype(np.float64))
+
+
+def _check_shapes(sums: np.ndarray, outer_upper: np.ndarray, counts: np.ndarray) -> None:
+    num_classes, dim = sums.shape
+    if outer_upper.shape != (num_classes, dim * (dim + 1) // 2) or counts.shape != (num_classes,):
+        raise ValueError(f"inconsistent statistics shapes: sums {sums.shape}, outer_upper {outer_upper.shape}, "
+                         f"counts {counts.shape}")
 
 
 def _dim_from_length(length: int, num_classes: int) -> int:

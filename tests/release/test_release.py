@@ -70,7 +70,8 @@ def test_artifacts_carry_no_tests_benchmarks_or_caches(artifacts):
     with tarfile.open(sdist) as archive:
         sdist_names = [name.split("/", 1)[1] for name in archive.getnames() if "/" in name]
 
-    assert {name.split("/")[0] for name in wheel_names if not name.split("/")[0].endswith(".dist-info")} == set(PACKAGES)
+    top_level = {name.split("/")[0] for name in wheel_names}
+    assert {name for name in top_level if not name.endswith(".dist-info")} == set(PACKAGES)
     for name in sdist_names:
         parts = name.split("/")
         assert parts[0] not in {"tests", "bench", ".venv", ".pytest_cache", "build", "dist"}, name
