@@ -7,9 +7,9 @@ prefix admits every callable reachable through our modules (imported helpers inc
 from __future__ import annotations
 
 from jobs.registry import server_classes, site_classes
+from site_agent.site_guard import SITE_GUARD_PATH
 
 DEFAULT_ACCEPTED_ROLES = ["project_admin", "lead"]
-SITE_GUARD = "site_agent.site_guard.SiteGuard"
 # FLARE adds these to every job: sites stream job logs (unless switched off), the server receives them.
 JOB_LOG_STREAMER = "nvflare.app_common.logging.job_log_streamer.JobLogStreamer"
 JOB_LOG_RECEIVER = "nvflare.app_common.logging.job_log_receiver.JobLogReceiver"
@@ -26,7 +26,7 @@ def server_allow_list() -> list[str]:
 
 
 def site_guard_component(accepted_roles: list[str]) -> dict:
-    return {"id": "site_guard", "path": SITE_GUARD, "args": {"accepted_submitter_roles": list(accepted_roles)}}
+    return {"id": "site_guard", "path": SITE_GUARD_PATH, "args": {"accepted_submitter_roles": list(accepted_roles)}}
 
 
 # Every right written out: FLARE's "any" for a role would include byoc (custom code in jobs).

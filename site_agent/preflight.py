@@ -14,10 +14,10 @@ from pathlib import Path
 from site_agent import __version__
 from site_agent.kit import EXPIRY_WARNING_DAYS, KitError, SiteKit, verify_certificate_chain
 from site_agent.site_config import SiteConfig, SiteConfigError
+from site_agent.site_guard import SITE_GUARD_PATH
 
 MIN_FREE_GIB = 2.0
 WARN_FREE_GIB = 20.0
-GUARD_PATH = "site_agent.site_guard.SiteGuard"
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
@@ -74,7 +74,7 @@ def check_policy(kit: SiteKit) -> CheckResult:
         problems.append("class allow-list is not in enforce mode")
     if any(not entry.count(".") or entry.endswith((".", "*")) for entry in resources.get("class_allow_list", [])):
         problems.append("allow-list has package prefixes instead of exact classes")
-    if not any(c.get("path") == GUARD_PATH for c in resources.get("components", [])):
+    if not any(c.get("path") == SITE_GUARD_PATH for c in resources.get("components", [])):
         problems.append("site guard is not configured")
     if (kit.root / "local" / "custom").exists():
         problems.append(f"{kit.root / 'local' / 'custom'} exists (FLARE puts it first on the Python path)")

@@ -53,3 +53,7 @@ class SiteGuard(FLComponent):
             self.log_error(fl_ctx, f"refused job {meta.get('job_id', '')}: {reason}")
             fl_ctx.set_prop(FLContextKey.AUTHORIZATION_RESULT, False, sticky=False)
             fl_ctx.set_prop(FLContextKey.AUTHORIZATION_REASON, reason, sticky=False)
+
+
+SITE_GUARD_PATH = f"{SiteGuard.__module__}.{SiteGuard.__qualname__}"
+"""How `local/resources.json` names the guard: written by provisioning, checked by `site-agent check`."""
