@@ -1,4 +1,4 @@
-"""A site's glioma cases as MONAI pipelines: a deterministic train/validation split and the BraTS transforms.
+"""A site's glioma cases as MONAI pipelines: the seeded train/validation split and the BraTS transforms.
 
 Training follows MONAI's BraTS recipe: per-channel z-score normalisation over brain voxels (cached with the
 decoded volumes), then a random ROI crop, flips on each axis and intensity scale/shift jitter. Validation sees
@@ -7,12 +7,10 @@ whole normalised volumes (inference is sliding-window).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from monai.data import CacheDataset, DataLoader
 from monai.transforms import (
@@ -24,48 +22,20 @@ from monai.transforms import (
     SpatialPadd,
 )
 
-from site_agent.data.brats_case import BratsCase, GridPolicy, brats_dataset, discover_cases
 from fl_contract.labels import LABEL_MAPS
-from site_agent.data.reader import DataError
+from site_agent.data.brats_case import BratsCase, GridPolicy, brats_dataset, discover_cases
+from site_agent.data.pipeline import surface_data_errors
+from site_agent.data.split import split_records
 
 KEYS = ("image", "label")
 
 
-@contextlib.contextmanager
-def surface_data_errors() -> Iterator[None]:
-    """Re-raise the `DataError` (which names the case's file) that MONAI wraps in "applying transform ..."."""
-    try:
-        yield
-    except RuntimeError as exc:
-        cause: BaseException | None = exc
-        while cause is not None and not isinstance(cause, DataError):
-            cause = cause.__cause__ or cause.__context__
-        if cause is None:
-            raise
-        raise cause from exc
-
-
 @dataclass(frozen=True)
 class SiteSplit:
+    """The site's cases by part, each in folder order; at least one case on each side."""
+
     train: list[BratsCase]
     val: list[BratsCase]
-
-
-def split_cases(cases: Sequence[BratsCase], val_fraction: float, seed: int) -> SiteSplit:
-    """A seeded split by case: at least one validation and one training case (the folder is named on failure)."""
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"val_fraction={val_fraction}: use a value between 0 and 1")
-    if len(cases) < 2:
-        where = cases[0].images[0].parent.parent if cases else "the site's brats folder"
-        raise DataError(f"{where}: {len(cases)} case(s); a site needs at least 2 (one for training, one for validation)")
-    order = np.random.default_rng(seed).permutation(len(cases))
-    n_val = min(len(cases) - 1, max(1, round(val_fraction * len(cases))))
-    ordered = [cases[i] for i in order]
-    return SiteSplit(train=sorted(ordered[n_val:], key=_case_id), val=sorted(ordered[:n_val], key=_case_id))
-
-
-def _case_id(case: BratsCase) -> str:
-    return case.case_id
 
 
 def normalise() -> NormalizeIntensityd:
@@ -115,7 +85,10 @@ def load_site_data(
     """Discover, split and (for `cache_rate` of the cases) read and validate the site's cases up front."""
     if label_map not in LABEL_MAPS:
         raise ValueError(f"label_map={label_map!r}: use one of {sorted(LABEL_MAPS)}")
-    split = split_cases(discover_cases(Path(folder)), val_fraction, seed)
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction={val_fraction}: use a value between 0 and 1")
+    fractions = {"train": 1.0 - val_fraction, "val": val_fraction}
+    split = SiteSplit(**split_records(discover_cases(Path(folder)), fractions, seed, folder))
     labels = LABEL_MAPS[label_map]
     with surface_data_errors():
         train = brats_dataset(split.train, labels, grid, [normalise(), *train_augmentation(roi_size)], cache_rate)

@@ -1,4 +1,4 @@
-"""Site-side building blocks of the segmentation job, without FLARE: model, case split, data errors, DP."""
+"""Site-side building blocks of the segmentation job, without FLARE: model, data errors, training, DP."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from site_agent.data.brats_case import MODALITIES, BratsCase
+from site_agent.data.brats_case import MODALITIES
 from site_agent.data.reader import DataError
 from site_agent.data.synthetic_brats import write_brats_site
 from fl_contract.models import build_model
 from fl_contract.models.segmentation import IN_CHANNELS, segresnet
-from site_agent.segmentation.data import load_site_data, split_cases
+from site_agent.segmentation.data import load_site_data
 from site_agent.segmentation.dp import privatise_update
 from site_agent.segmentation.training import DICE_KEYS, train_epochs, validate
 
@@ -27,22 +27,6 @@ def test_registry_builds_the_brats_segresnet():
 def test_segresnet_refuses_widths_its_group_norm_cannot_split():
     with pytest.raises(ValueError, match="multiple of 8"):
         segresnet(init_filters=4)
-
-
-def _cases(n: int) -> list[BratsCase]:
-    return [BratsCase(f"Case{i:03d}", ()) for i in range(n)]
-
-
-def test_split_is_seeded_disjoint_and_keeps_a_case_on_each_side():
-    cases = _cases(5)
-
-    split = split_cases(cases, val_fraction=0.2, seed=3)
-    tiny = split_cases(_cases(2), val_fraction=0.9, seed=0)
-
-    assert split == split_cases(cases, val_fraction=0.2, seed=3)
-    assert len(split.val) == 1 and len(split.train) == 4
-    assert {c.case_id for c in split.train} | {c.case_id for c in split.val} == {c.case_id for c in cases}
-    assert len(tiny.train) == 1 and len(tiny.val) == 1
 
 
 def test_a_broken_case_is_named_not_hidden_behind_monai(tmp_path):
