@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image as PILImage
 
-from site_agent.data.isic import GROUND_TRUTH_CSV, IMAGE_FOLDER, ISIC_CLASSES, METADATA_COLUMNS, METADATA_CSV, PLAYERFL_CLASSES
+from fl_contract.classes import ISIC_CLASSES, PLAYERFL_CLASSES
+from site_agent.data.isic import GROUND_TRUTH_CSV, IMAGE_FOLDER, METADATA_COLUMNS, METADATA_CSV
 
 # Per class: lesion RGB, border irregularity (0 round .. 1 ragged), texture frequency (0 = uniform).
 _LOOK: dict[str, tuple[tuple[int, int, int], float, float]] = {

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader
 
-from site_agent.data.isic import IsicImageReader, IsicRecord, read_isic_site
-from site_agent.data.reader import DataError
-from site_agent.fedkt.stats import site_statistics
 from fl_contract.models.dcae import LoadedAutoencoder, to_autoencoder_range
+from site_agent.data.isic import IsicRecord, isic_dataset, read_isic_site
+from site_agent.data.split import split_records
+from site_agent.fedkt.stats import site_statistics
+
+_DECODE_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -30,33 +33,27 @@ class LabelledImages:
 
 @dataclass(frozen=True)
 class SiteSplit:
+    """The site's records by part, each in CSV order; the held-out part is empty when holdout_fraction is 0."""
+
     statistics: list[IsicRecord]
     holdout: list[IsicRecord]
 
 
-def split_holdout(records: Sequence[IsicRecord], holdout_fraction: float, seed: int, source: Path) -> SiteSplit:
-    """A seeded random `holdout_fraction` of the records is held out; the rest feeds the statistics."""
-    if not 0.0 <= holdout_fraction < 1.0:
-        raise ValueError(f"holdout_fraction must lie in [0, 1), got {holdout_fraction}")
-    n_holdout = round(holdout_fraction * len(records))
-    if len(records) - n_holdout < 1:
-        raise DataError(f"{source}: {len(records)} usable images leave none for the statistics after holding out "
-                        f"{n_holdout}; add images or lower holdout_fraction")
-    order = np.random.default_rng(seed).permutation(len(records))
-    return SiteSplit([records[i] for i in sorted(order[n_holdout:])], [records[i] for i in sorted(order[:n_holdout])])
-
-
 def read_images(records: Sequence[IsicRecord], image_size: int) -> LabelledImages:
-    """Decode the records' images at `image_size` x `image_size` (errors name the file)."""
-    reader = IsicImageReader(size=(image_size, image_size))
-    images = [torch.from_numpy(reader.read(record.path).array) for record in records]
-    stacked = torch.stack(images) if images else torch.empty(0, 3, image_size, image_size)
-    return LabelledImages(stacked, torch.tensor([record.label for record in records], dtype=torch.int64))
+    """The records' images, all in memory (the statistics need them at once), through the ISIC pipeline at
+    `image_size` x `image_size`; an image that does not decode raises the `DataError` naming it."""
+    if not records:
+        return LabelledImages(torch.empty(0, 3, image_size, image_size), torch.empty(0, dtype=torch.int64))
+    batches = list(DataLoader(isic_dataset(records, image_size), batch_size=_DECODE_BATCH))
+    return LabelledImages(torch.cat([b["image"] for b in batches]), torch.cat([b["label"] for b in batches]))
 
 
 def load_split(folder: Path, classes: Sequence[str], holdout_fraction: float, seed: int) -> SiteSplit:
     """The site's records of `classes` (refusing unusable rows, naming them) split into statistics and holdout."""
-    return split_holdout(read_isic_site(folder, classes=classes), holdout_fraction, seed, folder)
+    if not 0.0 <= holdout_fraction < 1.0:
+        raise ValueError(f"holdout_fraction must lie in [0, 1), got {holdout_fraction}")
+    fractions = {"statistics": 1.0 - holdout_fraction, "holdout": holdout_fraction}
+    return SiteSplit(**split_records(read_isic_site(folder, classes=classes), fractions, seed, folder))
 
 
 def statistics_vector(autoencoder: LoadedAutoencoder, folder: Path, classes: Sequence[str], image_size: int,

@@ -1,54 +1,42 @@
-"""A site's ISIC images for PLayer-FL: the four-class records, split 64/16/20 by seed, read lazily at a fixed size."""
+"""A PLayer-FL site's ISIC images: the four-class records split 64/16/20 by seed, read through the ISIC pipeline."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import torch
-from torch.utils.data import Dataset
+from torch import Tensor
 
-from site_agent.data.isic import PLAYERFL_CLASSES, IsicImageReader, IsicRecord, read_isic_site
-from site_agent.data.reader import DataError
+from fl_contract.classes import PLAYERFL_CLASSES
+from site_agent.data.isic import IsicRecord, isic_transforms, read_isic_site
+from site_agent.data.pipeline import SiteDataset
+from site_agent.data.split import split_records
 
-SPLIT_FRACTIONS = (0.64, 0.16, 0.20)
+SPLIT_FRACTIONS = {"train": 0.64, "val": 0.16, "test": 0.20}
 
 
 @dataclass(frozen=True)
 class SiteSplits:
+    """The site's records by part, each in CSV order."""
+
     train: list[IsicRecord]
     val: list[IsicRecord]
     test: list[IsicRecord]
 
 
-def split_records(records: Sequence[IsicRecord], seed: int, source: Path) -> SiteSplits:
-    """Random 64/16/20 train/validation/test split, the same for the same records and seed."""
-    n = len(records)
-    n_val, n_test = round(SPLIT_FRACTIONS[1] * n), round(SPLIT_FRACTIONS[2] * n)
-    if min(n - n_val - n_test, n_val, n_test) < 1:
-        raise DataError(f"{source}: {n} usable images cannot be split 64/16/20 into non-empty parts; the site needs at least 5")
-    order = np.random.default_rng(seed).permutation(n)
-    pick = lambda idx: [records[i] for i in idx]  # noqa: E731
-    return SiteSplits(pick(order[n_val + n_test :]), pick(order[:n_val]), pick(order[n_val : n_val + n_test]))
-
-
 def load_site_splits(folder: Path, seed: int) -> SiteSplits:
     """Read the site's four-class ISIC folder (errors name the file and row) and split it."""
-    return split_records(read_isic_site(folder, classes=PLAYERFL_CLASSES), seed, folder)
+    return SiteSplits(**split_records(read_isic_site(folder, classes=PLAYERFL_CLASSES), SPLIT_FRACTIONS, seed, folder))
 
 
-class IsicImages(Dataset):
-    """(image (3, size, size) float32, label) pairs, decoded on access so large sites need not fit in memory."""
+def image_label_pair(item: Mapping[str, Tensor]) -> tuple[Tensor, Tensor]:
+    """The pipeline's last step here: PLayer-FL's training loops and sensitivity pass take (images, labels) batches."""
+    return item["image"], item["label"]
 
-    def __init__(self, records: Sequence[IsicRecord], size: int):
-        self.records = list(records)
-        self.reader = IsicImageReader(size=(size, size))
 
-    def __len__(self) -> int:
-        return len(self.records)
+class IsicImages(SiteDataset):
+    """(image (3, S, S) float32 in [0, 1], label int64) pairs, decoded on access so large sites need not fit in memory."""
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        record = self.records[index]
-        return torch.from_numpy(self.reader.read(record.path).array), record.label
+    def __init__(self, records: Sequence[IsicRecord], image_size: int) -> None:
+        super().__init__([record.record() for record in records], isic_transforms(image_size, extra=[image_label_pair]))

@@ -1,4 +1,4 @@
-"""ISIC-2019 site reading: official CSV formats, class subsets, FLamby centres, and every bad row reported."""
+"""ISIC-2019 sites: official CSV formats, class subsets, FLamby centres, every bad row reported, the MONAI pipeline."""
 
 from __future__ import annotations
 
@@ -6,18 +6,22 @@ import csv
 import logging
 from pathlib import Path
 
+import monai.data
 import numpy as np
 import pytest
+import torch
+from monai.transforms import Compose, EnsureTyped, Resized, ScaleIntensityRanged
+from torch.utils.data import DataLoader
 
+from fl_contract.classes import ISIC_CLASSES, PLAYERFL_CLASSES, TRAINING_CLASSES
 from site_agent.data.isic import (
     GROUND_TRUTH_CSV,
     IMAGE_FOLDER,
-    ISIC_CLASSES,
     METADATA_CSV,
-    PLAYERFL_CLASSES,
-    TRAINING_CLASSES,
     IsicImageReader,
+    LoadIsicd,
     flamby_center,
+    isic_dataset,
     read_isic_site,
 )
 from site_agent.data.reader import DataError
@@ -182,18 +186,48 @@ def test_unknown_class_in_subset_is_refused(tmp_path):
         read_isic_site(_site(tmp_path), ("MELANOMA", "NV"))
 
 
-def test_image_reader_gives_chw_float32_at_the_requested_size(tmp_path):
+def test_image_reader_gives_the_stored_pixels_channel_first(tmp_path):
     # Prepare
     path = read_isic_site(_site(tmp_path), PLAYERFL_CLASSES)[0].path
 
     # Execute
-    image = IsicImageReader(size=(16, 24)).read(path)
-    native = IsicImageReader().read(path)
+    image = IsicImageReader().read(path)
 
     # Assert
-    assert image.array.shape == (3, 16, 24) and image.array.dtype == np.float32
-    assert native.array.shape == (3, 32, 32)
-    assert 0.0 <= image.array.min() and image.array.max() <= 1.0 and image.array.std() > 0.05
+    assert image.array.shape == (3, 32, 32) and image.array.dtype == np.float32
+    assert 0.0 <= image.array.min() and image.array.max() <= 255.0 and image.array.std() > 10.0
+
+
+def test_pipeline_yields_float_images_of_the_configured_size_through_monai_transforms(tmp_path):
+    # Prepare
+    records = read_isic_site(_site(tmp_path), PLAYERFL_CLASSES)
+    stored = IsicImageReader().read(records[0].path).array
+
+    # Execute
+    dataset = isic_dataset(records, image_size=24)
+    native = isic_dataset(records[:1], image_size=32)[0]
+    batch = next(iter(DataLoader(dataset, batch_size=4)))
+
+    # Assert
+    assert isinstance(dataset, monai.data.Dataset) and isinstance(dataset.transform, Compose)
+    assert [type(t) for t in dataset.transform.transforms] == [LoadIsicd, Resized, ScaleIntensityRanged, EnsureTyped]
+    assert batch["image"].shape == (4, 3, 24, 24) and batch["image"].dtype == torch.float32
+    assert type(batch["image"]) is torch.Tensor and 0.0 <= batch["image"].min() and batch["image"].max() <= 1.0
+    assert batch["label"].tolist() == [r.label for r in records[:4]] and batch["label"].dtype == torch.int64
+    assert torch.equal(native["image"], torch.from_numpy(stored) / 255.0)  # at its stored size an image is not resampled
+
+
+def test_pipeline_names_an_image_that_does_not_decode(tmp_path):
+    # Prepare
+    records = read_isic_site(_site(tmp_path), PLAYERFL_CLASSES)
+    records[2].path.write_bytes(b"\xff\xd8 not a jpeg")
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        isic_dataset(records, image_size=16)[2]
+
+    # Assert
+    assert str(records[2].path) in str(error.value) and "does not decode" in str(error.value)
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,8 @@ from jobs.fedkt_csd.spec import FedKTCSDParams, KIND
 from jobs.simulate import SimulationRun, simulate
 from provisioning.policy import server_allow_list, site_allow_list
 from server_app import fedkt_outputs as outputs
-from site_agent.data.isic import GROUND_TRUTH_CSV, PLAYERFL_CLASSES
+from fl_contract.classes import PLAYERFL_CLASSES
+from site_agent.data.isic import GROUND_TRUTH_CSV
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt.demo_autoencoder import public_images, train_autoencoder
 from fl_contract.fedkt.wire import class_length
