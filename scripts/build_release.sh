@@ -5,7 +5,7 @@
 # setuptools (the test extra pins it), so no index is needed at build time.
 #   bash scripts/build_release.sh [OUTDIR]
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/setup_env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/setup_env.sh" >&2  # stdout carries only the artifact paths
 out="$(realpath -m "${1:-$root/dist}")"
 version="$("$root/.venv/bin/python" -c 'from fl_contract.version import AGENT_VERSION; print(AGENT_VERSION)')"
 cd "$root"
