@@ -1,79 +1,49 @@
-"""PLayer-FL on the server: the split rule (plain functions) and the partial-federation controller.
+"""PLayer-FL on the server: the partial-federation controller, its update checks and its per-layer averaging.
 
-Split rule: combine the sites' sensitivity curves and choose how many leading layers to federate.
-The paper compares the relative sensitivity of consecutive layers with a threshold t but publishes neither t nor
-how sites are combined. Ours (ALGORITHMS.md): the sample-weighted mean F of the sites' cumulative curves,
-r_l = F_l / F_{l-1}, and p = (first l with r_l > t) - 1 layers federated (1-based l >= 2); the last layer always
-stays local, so p <= L - 1, and p >= 1.
+What differs per method is the method's contract (`fl_contract.playerfl.methods`: what is federated, when curves
+come, whether a split is chosen) and, for the methods that choose a split, its rule (`server_app.playerfl_split`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
-from nvflare.apis.fl_constant import FLMetaKey
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.workflows.model_controller import ModelController
 
-from server_app.aggregation import Params, SiteUpdate, UpdateRejected, aggregate, check_updates
-from server_app.metrics import WEIGHT, federation_summary
-from server_app.results import RunRecorder
 from fl_contract.models import build_model
 from fl_contract.playerfl import protocol
 from fl_contract.playerfl.layers import Layer, model_layers, prefix_keys
-
-DEFAULT_THRESHOLD = 1.5
-THRESHOLD_GRID = (1.1, 1.25, 1.5, 2.0, 3.0, 5.0)
-
-
-def combine_curves(curves: Mapping[str, Sequence[float]], num_samples: Mapping[str, int]) -> np.ndarray:
-    """Sample-weighted mean of the sites' cumulative curves (all of the same length)."""
-    if not curves:
-        raise ValueError("no sensitivity curves to combine")
-    lengths = {site: len(curve) for site, curve in curves.items()}
-    if len(set(lengths.values())) != 1:
-        raise ValueError(f"sites sent curves of different lengths {lengths}: they do not run the same model")
-    sites = sorted(curves)
-    weights = np.array([num_samples[s] for s in sites], dtype=np.float64)
-    stacked = np.array([curves[s] for s in sites], dtype=np.float64)
-    return weights @ stacked / weights.sum()
-
-
-def sensitivity_ratios(curve: Sequence[float]) -> np.ndarray:
-    """r_l = F_l / F_{l-1} for l = 2..L (index 0 is r_2); a step from F = 0 to F > 0 counts as infinite."""
-    f = np.asarray(curve, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = f[1:] / f[:-1]
-    ratios[(f[:-1] == 0) & (f[1:] == 0)] = 1.0
-    return ratios
-
-
-def choose_split(curve: Sequence[float], threshold: float) -> int:
-    """Number p of leading layers to federate: stop before the first layer whose ratio exceeds `threshold`."""
-    if len(curve) < 2:
-        raise ValueError(f"a split needs at least 2 layers, the curve has {len(curve)}")
-    if threshold <= 1.0:
-        raise ValueError(f"threshold t must exceed 1 (cumulative curves never decrease), got {threshold}")
-    jumps = np.flatnonzero(sensitivity_ratios(curve) > threshold)
-    first_jump = int(jumps[0]) + 2 if jumps.size else len(curve)
-    return min(first_jump - 1, len(curve) - 1)
-
-
-def split_over_thresholds(curve: Sequence[float], thresholds: Sequence[float]) -> dict[float, int]:
-    """p for each t: logged with the chosen split so a researcher sees how stable it is."""
-    return {float(t): choose_split(curve, t) for t in thresholds}
+from fl_contract.playerfl.methods import get_method
+from server_app.aggregation import (
+    Params,
+    RoundIntake,
+    SiteUpdate,
+    UpdateCheck,
+    UpdateRejected,
+    aggregate,
+    check_sample_count,
+    check_update,
+    reported_samples,
+    scalar_metrics,
+    site_name,
+    take_updates,
+)
+from server_app.metrics import WEIGHT, federation_summary
+from server_app.playerfl_split import DEFAULT_THRESHOLD, SPLIT_RULES, SplitInputs
+from server_app.results import RunRecorder
 
 
 class PLayerFLController(ModelController):
     """Partial federation: each round averages (sample-weighted) only the first `shared` layers of the sites' models.
 
-    `shared` depends on the method (protocol.initial_shared_layers); for PLayer-FL it becomes the split p chosen
-    after round 1 from the sites' curves (PLayer-FL-Random: p uniform in 1..L-1 by seed). The split, the curves,
-    the layers each site sent every round and the sites' held-out scores go into results.json.
+    `shared` starts at the method's `initial_shared_layers`; for the methods that choose a split it becomes the p
+    their rule chooses after round 1 (PLayer-FL: from the sites' curves; PLayer-FL-Random: uniform by seed). The
+    split, the curves, the layers each site sent every round and the sites' held-out scores go into results.json.
     """
 
     def __init__(
@@ -87,7 +57,7 @@ class PLayerFLController(ModelController):
         seed: int = 0,
     ):
         super().__init__(persistor_id="")
-        protocol.check_method(method)
+        self._contract = get_method(method)
         # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
         self.num_rounds = num_rounds
         self.model = model
@@ -103,73 +73,60 @@ class PLayerFLController(ModelController):
         layers = model_layers(net)
         state = net.state_dict()
         global_params = {k: state[k].numpy().copy() for layer in layers for k in layer.keys}
-        shared = protocol.initial_shared_layers(self.method, len(layers))
+        shared = self._contract.initial_shared_layers(len(layers))
         recorder = RunRecorder(Path(self.get_app_dir()), self._job_summary(layers))
         for round_index in range(self.num_rounds):
             self.info(f"round {round_index + 1}/{self.num_rounds}: sending the first {shared} of {len(layers)} layers")
-            results = self.send_model_and_wait(task_name=protocol.TRAIN_TASK, data=self._message(global_params, layers, shared, round_index))
-            updates, metrics, rejected = self._valid_updates(results, global_params, layers, shared, round_index)
-            if len(updates) < self.min_clients:
-                return self._fail(recorder, f"round {round_index + 1}: only {len(updates)} valid updates, the job needs {self.min_clients}")
-            entry: dict = {"round": round_index + 1, "rejected": rejected}
-            if round_index == 0 and self.method in protocol.SPLIT_METHODS:
-                entry["split"] = self._split(results, updates, layers)
+            results = self._send(protocol.TRAIN_TASK, global_params, layers, shared, round_index)
+            check = self._check(global_params, layers, shared, round_index)
+            intake = take_updates(results, self._site_names(), check, self.error)
+            if len(intake.updates) < self.min_clients:
+                return self._fail(recorder, f"round {round_index + 1}: only {len(intake.updates)} valid updates, "
+                                            f"the job needs {self.min_clients}")
+            entry: dict[str, Any] = {"round": round_index + 1, **intake.record()}
+            if self._contract.chooses_split(round_index):
+                entry["split"] = self._split(intake, layers)
                 shared = entry["split"]["federated_layers"]
-            global_params.update(aggregate_layers(updates, layers[:shared], global_params))
-            entry["sites"] = {u.site: {"num_samples": int(u.num_samples), "metrics": metrics[u.site],
-                                       "sent_layers": [l.name for l in layers if l.keys and l.keys[0] in u.params]} for u in updates}
+            global_params.update(aggregate_layers(intake.updates, layers[:shared], global_params))
+            for update in intake.updates:
+                entry["sites"][update.site]["sent_layers"] = [layer.name for layer in layers if layer.keys[0] in update.params]
             recorder.add_round(entry)
-        results = self.send_model_and_wait(task_name=protocol.EVALUATE_TASK, data=self._message(global_params, layers, shared, self.num_rounds))
-        evaluation = {r.meta.get("client_name", "unknown site"): {**{k: float(v) for k, v in (r.metrics or {}).items()},
-                                                                  WEIGHT: int(r.meta.get(FLMetaKey.NUM_STEPS_CURRENT_ROUND, 0))} for r in results}
+        results = self._send(protocol.EVALUATE_TASK, global_params, layers, shared, self.num_rounds)
+        evaluation = {site_name(r): {**scalar_metrics(r), WEIGHT: int(reported_samples(r))}
+                      for r in sorted(results, key=site_name)}
         if len(evaluation) < self.min_clients:
             return self._fail(recorder, f"evaluation: only {len(evaluation)} sites answered, the job needs {self.min_clients}")
         recorder.save_model({k: global_params[k] for k in prefix_keys(layers, shared)})
         recorder.finish("finished", federated_layers=shared, evaluation=evaluation, summary=federation_summary(evaluation))
 
-    def _message(self, global_params: Params, layers: list[Layer], shared: int, round_index: int) -> FLModel:
+    def _send(self, task: str, global_params: Params, layers: list[Layer], shared: int, round_index: int) -> list[FLModel]:
+        """Send the first `shared` layers' global values with the method's name to every site; wait for all."""
         params = {k: global_params[k] for k in prefix_keys(layers, shared)}
         meta = {protocol.METHOD: self.method, protocol.SHARED_LAYERS: shared}
-        return FLModel(params=params, params_type=ParamsType.FULL, current_round=round_index, total_rounds=self.num_rounds, meta=meta)
+        message = FLModel(params=params, params_type=ParamsType.FULL, current_round=round_index,
+                          total_rounds=self.num_rounds, meta=meta)
+        results: list[FLModel] = self.send_model_and_wait(task_name=task, data=message)
+        return results
 
-    def _valid_updates(self, results: list[FLModel], global_params: Params, layers: list[Layer], shared: int,
-                       round_index: int) -> tuple[list[SiteUpdate], dict[str, dict[str, float]], dict[str, str]]:
-        """The updates that pass validation, every valid site's metrics, and the reason for each rejected site."""
-        updates, metrics, rejected = [], {}, {}
-        for result in sorted(results, key=lambda r: r.meta.get("client_name", "")):  # arrival order must not change sums
-            update = SiteUpdate(result.meta.get("client_name", "unknown site"), result.params or {},
-                                result.meta.get(FLMetaKey.NUM_STEPS_CURRENT_ROUND, 0))
-            try:
-                check_layers(update, global_params, layers[:shared], partial=self.method == "fedlp")
-                if round_index == 0 and self.method == "playerfl":
-                    check_curve(update.site, result.meta.get(protocol.SENSITIVITY), layers)
-            except UpdateRejected as exc:
-                self.error(str(exc))
-                rejected[update.site] = exc.reason
-                continue
-            updates.append(update)
-            metrics[update.site] = {k: float(v) for k, v in (result.metrics or {}).items()}
-        return updates, metrics, rejected
+    def _site_names(self) -> list[str]:
+        return [client.name for client in self.engine.get_clients()]
 
-    def _split(self, results: list[FLModel], updates: list[SiteUpdate], layers: list[Layer]) -> dict:
-        """Choose p and return the record a researcher needs to see why (curves, ratios, p over a grid of t)."""
-        names = [layer.name for layer in layers]
-        if self.method == "playerfl_random":
-            p = int(np.random.default_rng(self.seed).integers(1, len(layers)))
-            self.info(f"PLayer-FL-Random: federating the first {p} layers ({names[:p]})")
-            return {"rule": "random", "layers": names, "federated_layers": p}
-        valid = {u.site: u.num_samples for u in updates}
-        curves = {r.meta["client_name"]: r.meta[protocol.SENSITIVITY] for r in results if r.meta.get("client_name") in valid}
-        mean = combine_curves({s: c["cumulative"] for s, c in curves.items()}, valid)
-        p = choose_split(mean, self.threshold)
-        stability = split_over_thresholds(mean, THRESHOLD_GRID)
-        self.info(f"PLayer-FL split: federating the first {p} layers ({names[:p]}), t={self.threshold}; "
-                  f"mean curve {np.round(mean, 6).tolist()}; p over t: {stability}")
-        ratios = [float(r) if np.isfinite(r) else None for r in sensitivity_ratios(mean)]
-        return {"rule": "threshold", "threshold": self.threshold, "layers": names, "federated_layers": p,
-                "mean_curve": mean.tolist(), "ratios": ratios, "split_over_thresholds": {str(t): v for t, v in stability.items()},
-                "site_curves": {s: c["cumulative"] for s, c in curves.items()},
-                "site_importance": {s: c["importance"] for s, c in curves.items()}}
+    def _check(self, global_params: Params, layers: list[Layer], shared: int, round_index: int) -> UpdateCheck:
+        """This round's rule for an update: the shared layers as the method sends them, and a curve when due."""
+        partial, wants_curve = self._contract.partial_upload, self._contract.sends_sensitivity(round_index)
+
+        def check(update: SiteUpdate, meta: Mapping[str, Any]) -> None:
+            check_layers(update, global_params, layers[:shared], partial=partial)
+            if wants_curve:
+                check_curve(update.site, meta.get(protocol.SENSITIVITY), layers)
+        return check
+
+    def _split(self, intake: RoundIntake, layers: list[Layer]) -> dict:
+        """Choose p with the method's rule; returns the record a researcher needs to see why."""
+        curves = {site: meta[protocol.SENSITIVITY] for site, meta in intake.meta.items() if protocol.SENSITIVITY in meta}
+        inputs = SplitInputs([layer.name for layer in layers], curves, {u.site: u.num_samples for u in intake.updates},
+                             self.threshold, self.seed)
+        return SPLIT_RULES[self.method](inputs, self.info)
 
     def _fail(self, recorder: RunRecorder, message: str) -> None:
         recorder.finish("failed", error=message)
@@ -190,9 +147,9 @@ def check_layers(update: SiteUpdate, global_params: Params, shared: list[Layer],
     sent = [layer for layer in shared if any(k in update.params for k in layer.keys)] if partial else shared
     expected = {k: global_params[k] for layer in sent for k in layer.keys}
     if expected:
-        check_updates([update], expected)
-    elif not isinstance(update.num_samples, (int, np.integer)) or update.num_samples <= 0:
-        raise UpdateRejected(update.site, f"number of training samples must be a positive integer, got {update.num_samples!r}")
+        check_update(update, expected)
+    else:  # Local, or FedLP dropping every layer: only the sample count to check
+        check_sample_count(update)
 
 
 def check_curve(site: str, curve: object, layers: list[Layer]) -> None:
@@ -206,10 +163,12 @@ def check_curve(site: str, curve: object, layers: list[Layer]) -> None:
 
 
 def aggregate_layers(updates: list[SiteUpdate], layers: list[Layer], global_params: Params) -> Params:
-    """Sample-weighted mean per layer over the sites that sent it; a layer no site sent keeps its global value."""
+    """Sample-weighted mean per layer over the sites that sent it, in the order given (the intake's site-name order);
+    a layer no site sent keeps its global value."""
     result: Params = {}
     for layer in layers:
-        senders = [SiteUpdate(u.site, {k: u.params[k] for k in layer.keys}, u.num_samples) for u in updates if layer.keys[0] in u.params]
+        senders = [SiteUpdate(u.site, {k: u.params[k] for k in layer.keys}, u.num_samples)
+                   for u in updates if layer.keys[0] in u.params]
         if senders:
             result.update(aggregate("weighted_mean", senders, reference={k: global_params[k] for k in layer.keys}))
     return result

@@ -9,12 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from server_app.aggregation.intake import (RoundIntake, UpdateCheck, matching, missing_sites, reported_samples,
-                                           scalar_metrics, site_name, take_updates)
+from server_app.aggregation.intake import (
+    RoundIntake,
+    UpdateCheck,
+    matching,
+    missing_sites,
+    reported_samples,
+    scalar_metrics,
+    site_name,
+    take_updates,
+)
 from server_app.aggregation.median import coordinate_median
 from server_app.aggregation.trimmed_mean import trimmed_mean
-from server_app.aggregation.updates import (Params, SiteUpdate, UpdateRejected, check_sample_count, check_update,
-                                            check_updates)
+from server_app.aggregation.updates import Params, SiteUpdate, UpdateRejected, check_sample_count, check_update, check_updates
 from server_app.aggregation.weighted_mean import weighted_mean
 
 RULES: dict[str, Callable[..., Params]] = {

@@ -25,7 +25,7 @@ UpdateCheck = Callable[[SiteUpdate, Mapping[str, Any]], None]
 
 def site_name(result: FLModel) -> str:
     """The name of the site FLARE received `result` from."""
-    return (result.meta or {}).get("client_name", UNKNOWN_SITE)
+    return str((result.meta or {}).get("client_name", UNKNOWN_SITE))
 
 
 def reported_samples(result: FLModel) -> Any:

@@ -30,8 +30,9 @@ class SiteUpdate:
 
 def check_sample_count(update: SiteUpdate) -> None:
     """Refuse an update without a positive integer sample count: weighted rules would divide by it or let it dominate."""
-    if not isinstance(update.num_samples, (int, np.integer)) or update.num_samples <= 0:
-        raise UpdateRejected(update.site, f"number of training samples must be a positive integer, got {update.num_samples!r}")
+    count = update.num_samples
+    if not isinstance(count, (int, np.integer)) or count <= 0:
+        raise UpdateRejected(update.site, f"number of training samples must be a positive integer, got {count!r}")
 
 
 def check_update(update: SiteUpdate, reference: Mapping[str, np.ndarray] | None) -> None:
@@ -43,7 +44,8 @@ def check_update(update: SiteUpdate, reference: Mapping[str, np.ndarray] | None)
         missing = sorted(set(reference) - set(update.params))
         extra = sorted(set(update.params) - set(reference))
         if missing or extra:
-            raise UpdateRejected(update.site, f"parameter names differ from the global model (missing {missing}, unexpected {extra})")
+            raise UpdateRejected(update.site, f"parameter names differ from the global model "
+                                              f"(missing {missing}, unexpected {extra})")
     for name, value in update.params.items():
         array = np.asarray(value)
         if not np.issubdtype(array.dtype, np.floating):

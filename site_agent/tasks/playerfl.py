@@ -1,18 +1,18 @@
 """Site side of the PLayer-FL job and its baselines: one executor, the method chosen by a job parameter.
 
 Each `train` task: load the received layers over the site's own model, validate the model the site would deploy
-(snapshotting the best), train locally, and return the federated layers. PLayer-FL additionally computes its
-sensitivity curve after the first epoch. The final `evaluate` task scores the best-validation snapshot on the
-site's held-out test split. What leaves the site per method is listed in docs/playerfl.md.
+(snapshotting the best), train locally, and return the shared layers. What differs per method is the method's
+strategy (`site_agent.playerfl.methods`, over the contract in `fl_contract.playerfl.methods`); PLayer-FL's
+sensitivity curve is sent when its contract says so. The final `evaluate` task scores the best-validation
+snapshot on the site's held-out test split. What leaves the site per method is listed in docs/playerfl.md.
 """
 
 from __future__ import annotations
 
-import copy
-import zlib
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,18 +21,20 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
-from nvflare.app_opt.pt.fedproxloss import PTFedProxLoss
 from torch import nn
 from torch.utils.data import DataLoader
 
 from fl_contract.models import build_model, load_numpy_params
 from fl_contract.playerfl import protocol
-from site_agent.playerfl.data import IsicImages, SiteSplits, load_site_splits
 from fl_contract.playerfl.layers import Layer, model_layers, prefix_keys
+from site_agent.playerfl.data import IsicImages, SiteSplits, load_site_splits
+from site_agent.playerfl.methods import MethodOptions, SiteMethod, site_method
 from site_agent.playerfl.sensitivity import federation_sensitivity
 from site_agent.playerfl.state import SiteState, load_state, save_state, state_path
-from site_agent.playerfl.training import LossFn, Penalty, evaluate, focal_loss, train_epochs
+from site_agent.playerfl.training import LocalTrainer, LossFn, evaluate, focal_loss
 from site_agent.tasks.executor import SiteContext, TaskExecutor
+
+FINETUNE_ROUND = -1  # the shuffling stream of the local steps before the final evaluation (FedBABU's fine-tuning)
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,9 @@ class PLayerFLTask(TaskExecutor):
         seed: int = 0,
     ):
         super().__init__(seed=seed)
-        protocol.check_method(method)
+        options = MethodOptions(fedprox_mu, ditto_lambda, fedlp_keep, finetune_epochs, seed)
+        self._strategy: SiteMethod = site_method(method, options)
+        # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
         self.method = method
         self.model = model
         self.model_args = model_args or {}
@@ -102,29 +106,29 @@ class PLayerFLTask(TaskExecutor):
     def task_train(self, model: FLModel, ctx: SiteContext) -> FLModel:
         site, state, net = self._prepare(model, ctx)
         round_number = int(model.current_round or 0)
-        metrics = self._validate(site, state, net, round_number) if round_number > 0 else {}
+        trainer = self._trainer(site, round_number)
+        metrics = self._validate(site, state, net, trainer, round_number) if round_number > 0 else {}
         received = {k: v.detach().clone() for k, v in net.state_dict().items()}
-        metrics["train_loss"] = self._train(site, state, net, received, round_number)
-        meta = {FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(site.train)}
-        if self.method == "playerfl" and round_number == 0:
-            images, labels = self._fresh_batch(site, round_number)
+        metrics["train_loss"] = self._strategy.train(net, received, state, trainer)
+        meta: dict[str, Any] = {FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(site.train)}
+        if self._strategy.contract.sends_sensitivity(round_number):
+            images, labels = trainer.fresh_batch()
             meta[protocol.SENSITIVITY] = federation_sensitivity(net, self.loss_fn, images, labels).to_meta()
         state.model = net.state_dict()
         save_state(state, site.state_file)
-        upload = self._upload(net, int(model.meta[protocol.SHARED_LAYERS]), ctx.site_name, round_number)
+        shared = self.layers[: int(model.meta[protocol.SHARED_LAYERS])]
+        upload = _layer_values(net, self._strategy.upload(shared, ctx.site_name, round_number))
         if not upload:  # Local, or FedLP dropping every layer: only the sample count and metrics leave the site
             return FLModel(metrics=metrics, meta=meta)
         return FLModel(params=upload, params_type=ParamsType.FULL, metrics=metrics, meta=meta)
 
     def task_evaluate(self, model: FLModel, ctx: SiteContext) -> FLModel:
         site, state, net = self._prepare(model, ctx)
-        if self.method == "fedbabu":  # a freshly built model: body and head both trainable
-            train_epochs(net, self._train_loader(site, -1), self.loss_fn, self.finetune_epochs, self.learning_rate, self.weight_decay)
-        metrics = self._validate(site, state, net, int(model.total_rounds or 0))
+        trainer = self._trainer(site, FINETUNE_ROUND)
+        self._strategy.before_evaluation(net, trainer)
+        metrics = self._validate(site, state, net, trainer, int(model.total_rounds or 0))
         save_state(state, site.state_file)
-        best = self._new_model()
-        best.load_state_dict(state.best)
-        test = evaluate(best, site.test)
+        test = evaluate(trainer.model_from(state.best), site.test)
         return FLModel(metrics={**metrics, "test_macro_f1": test["macro_f1"], "test_balanced_accuracy": test["balanced_accuracy"],
                                 "best_round": state.best_round, "best_val_macro_f1": state.best_score},
                        meta={FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(site.train)})
@@ -137,7 +141,7 @@ class PLayerFLTask(TaskExecutor):
         if sent_method != self.method:
             raise ValueError(f"site {ctx.site_name} runs method {self.method!r} but the server runs {sent_method!r}; fix the job")
         site = self._load_site(ctx)
-        state = load_state(site.state_file) or self._fresh_state()
+        state = load_state(site.state_file) or self._strategy.fresh_state(self._new_model().state_dict())
         net = self._new_model()
         net.load_state_dict(state.model)
         received = model.params or {}
@@ -148,50 +152,13 @@ class PLayerFLTask(TaskExecutor):
         load_numpy_params(net, received, strict=False)
         return site, state, net
 
-    def _train(self, site: _Site, state: SiteState, net: nn.Module, received: dict, round_number: int) -> float:
-        loader = self._train_loader(site, round_number)
-        args = (self.loss_fn, self.local_epochs, self.learning_rate, self.weight_decay)
-        if self.method == "fedbabu":
-            head = set(self.layers[-1].keys)
-            for name, param in net.named_parameters():
-                param.requires_grad_(name not in head)  # the head stays at its initialisation during federation
-        if self.method == "fedprox":
-            return train_epochs(net, loader, *args, penalty=self._proximal(received, self.fedprox_mu))
-        loss = train_epochs(net, loader, *args)
-        if self.method == "ditto":
-            personal = self._new_model()
-            personal.load_state_dict(state.personal)
-            loss = train_epochs(personal, self._train_loader(site, round_number), *args,
-                                penalty=self._proximal(received, self.ditto_lambda))
-            state.personal = personal.state_dict()
-        return loss
-
-    def _proximal(self, reference_state: dict, mu: float) -> Penalty:
-        """FLARE's FedProx term mu/2 * ||w - w_ref||^2 against the model as received this round."""
-        reference = self._new_model()
-        reference.load_state_dict(reference_state)
-        reference.requires_grad_(False)
-        prox = PTFedProxLoss(mu=mu)
-        return lambda model: prox(model, reference)
-
-    def _validate(self, site: _Site, state: SiteState, net: nn.Module, round_number: int) -> dict[str, float]:
+    def _validate(self, site: _Site, state: SiteState, net: nn.Module, trainer: LocalTrainer,
+                  round_number: int) -> dict[str, float]:
         """Score the model this site would deploy now and keep it if it is the best so far."""
-        deployed = net
-        if self.method == "ditto":
-            deployed = self._new_model()
-            deployed.load_state_dict(state.personal)
+        deployed = self._strategy.deployed(net, state, trainer)
         scores = evaluate(deployed, site.val)
         state.offer_snapshot(deployed.state_dict(), scores["macro_f1"], round_number)
         return {"val_macro_f1": scores["macro_f1"], "val_balanced_accuracy": scores["balanced_accuracy"]}
-
-    def _upload(self, net: nn.Module, shared_layers: int, site_name: str, round_number: int) -> dict[str, np.ndarray]:
-        """The layers this site sends back: the ones it received, or for FedLP each kept with probability `fedlp_keep`."""
-        layers = self.layers[:shared_layers]
-        if self.method == "fedlp":
-            rng = np.random.default_rng([self.seed, zlib.crc32(site_name.encode()), round_number])
-            layers = [layer for layer in layers if rng.random() < self.fedlp_keep]
-        state = net.state_dict()
-        return {k: state[k].detach().cpu().numpy().copy() for layer in layers for k in layer.keys}
 
     # ---- helpers -----------------------------------------------------------------------------------------------
 
@@ -200,9 +167,9 @@ class PLayerFLTask(TaskExecutor):
             torch.manual_seed(self.seed)  # every site starts from the same initial weights
             return build_model(self.model, **self.model_args)
 
-    def _fresh_state(self) -> SiteState:
-        initial = self._new_model().state_dict()
-        return SiteState(model=initial, personal=copy.deepcopy(initial) if self.method == "ditto" else None)
+    def _trainer(self, site: _Site, round_number: int) -> LocalTrainer:
+        return LocalTrainer(site.train, self.layers, self._new_model, self.loss_fn, self.local_epochs, self.batch_size,
+                            self.learning_rate, self.weight_decay, self.seed, round_number)
 
     def _load_site(self, ctx: SiteContext) -> _Site:
         if self._site is None:
@@ -212,11 +179,8 @@ class PLayerFLTask(TaskExecutor):
                                state_path(ctx.workspace_dir, self._job_id))
         return self._site
 
-    def _train_loader(self, site: _Site, round_number: int) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + round_number)
-        return DataLoader(site.train, batch_size=self.batch_size, shuffle=True, generator=generator)
 
-    def _fresh_batch(self, site: _Site, round_number: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """One batch of training images drawn independently of the epoch's order (the reference code's choice)."""
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + round_number + 50_000)
-        return next(iter(DataLoader(site.train, batch_size=self.batch_size, shuffle=True, generator=generator)))
+def _layer_values(net: nn.Module, layers: list[Layer]) -> dict[str, np.ndarray]:
+    """The values of `layers` in `net`, as the arrays that go on the wire."""
+    state = net.state_dict()
+    return {k: state[k].detach().cpu().numpy().copy() for layer in layers for k in layer.keys}

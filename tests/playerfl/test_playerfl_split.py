@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from server_app.playerfl import choose_split, combine_curves, sensitivity_ratios, split_over_thresholds
+from server_app.playerfl_split import choose_split, combine_curves, sensitivity_ratios, split_over_thresholds
 
 # Importance 1, 1, 1, then a layer 20x more sensitive: ratios 2, 1.5, 7.67, ... -> federate the first 3 layers.
 JUMP_CURVE = np.cumsum([1.0, 1.0, 1.0, 20.0, 30.0, 40.0]).tolist()

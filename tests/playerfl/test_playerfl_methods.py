@@ -1,0 +1,94 @@
+"""The methods as strategies: one contract both sides read, a site behaviour and (where due) a server split rule
+for every method name, and what each contract says about the wire."""
+
+import numpy as np
+import pytest
+from nvflare.apis.fl_constant import FLMetaKey
+from nvflare.app_common.abstract.fl_model import FLModel
+from torch import nn
+
+from fl_contract.playerfl.layers import model_layers
+from fl_contract.playerfl.methods import REGISTRY, get_method
+from fl_contract.playerfl.protocol import METHODS, SENSITIVITY
+from server_app.aggregation import take_updates
+from server_app.playerfl import PLayerFLController
+from server_app.playerfl_split import SPLIT_RULES, SplitInputs, random_split, threshold_split
+from site_agent.playerfl.methods import SITE_METHODS, MethodOptions, site_method
+from site_agent.tasks.playerfl import PLayerFLTask
+
+LAYERS = model_layers(nn.Sequential(nn.Linear(1, 1), nn.Linear(1, 1)))
+GLOBAL = {"0.weight": np.zeros((1, 1), np.float32), "0.bias": np.zeros(1, np.float32),
+          "1.weight": np.zeros((1, 1), np.float32), "1.bias": np.zeros(1, np.float32)}
+OPTIONS = MethodOptions(fedprox_mu=0.1, ditto_lambda=0.1, fedlp_keep=0.5, finetune_epochs=1, seed=0)
+
+
+def test_every_method_name_has_a_contract_and_a_site_behaviour_and_splits_have_a_server_rule():
+    assert tuple(REGISTRY) == METHODS
+    assert tuple(SITE_METHODS) == METHODS
+    assert set(SPLIT_RULES) == {name for name, method in REGISTRY.items() if method.chooses_split(0)}
+    assert all(site_method(name, OPTIONS).contract is REGISTRY[name] for name in METHODS)
+
+
+@pytest.mark.parametrize("name, shared, curve, split, partial", [
+    ("local", 0, False, False, False),
+    ("fedavg", 7, False, False, False),
+    ("fedprox", 7, False, False, False),
+    ("ditto", 7, False, False, False),
+    ("fedbabu", 6, False, False, False),
+    ("fedlp", 7, False, False, True),
+    ("playerfl", 7, True, True, False),
+    ("playerfl_random", 7, False, True, False),
+])
+def test_contract_says_what_is_federated_and_when_curves_and_splits_happen(name, shared, curve, split, partial):
+    method = get_method(name)
+
+    assert method.initial_shared_layers(7) == shared
+    assert [method.sends_sensitivity(r) for r in range(3)] == [curve, False, False]
+    assert [method.chooses_split(r) for r in range(3)] == [split, False, False]
+    assert method.partial_upload is partial
+
+
+def test_unknown_method_is_refused_on_both_sides_with_the_choices():
+    with pytest.raises(ValueError, match="unknown method 'pfedme'.*'playerfl_random'"):
+        PLayerFLTask(method="pfedme")
+    with pytest.raises(ValueError, match="unknown method 'pfedme'"):
+        PLayerFLController(num_rounds=1, model="cnn5", method="pfedme")
+
+
+def test_fedlp_drops_whole_layers_the_same_way_for_the_same_seed_site_and_round():
+    fedlp, fedavg = site_method("fedlp", OPTIONS), site_method("fedavg", OPTIONS)
+    many = LAYERS * 20
+
+    kept = fedlp.upload(many, "site-1", 3)
+
+    assert kept == fedlp.upload(many, "site-1", 3) != fedlp.upload(many, "site-1", 4)
+    assert 0 < len(kept) < len(many)
+    assert fedavg.upload(many, "site-1", 3) == many
+
+
+def _curve_result(site: str, n: int, importance: list[float]) -> FLModel:
+    curve = {"layers": ["a", "b", "c", "d"], "importance": importance, "cumulative": np.cumsum(importance).tolist()}
+    return FLModel(params={}, meta={"client_name": site, FLMetaKey.NUM_STEPS_CURRENT_ROUND: n, SENSITIVITY: curve})
+
+
+def test_threshold_rule_records_why_and_is_the_same_for_every_arrival_order():
+    results = [_curve_result("site-2", 3, [1.0, 1.0, 20.0, 1.0]), _curve_result("site-1", 1, [1.0, 1.0, 1.0, 1.0])]
+    records = []
+    for order in (results, results[::-1]):
+        intake = take_updates(order, [], lambda update, meta: None)
+        inputs = SplitInputs(["a", "b", "c", "d"], {s: m[SENSITIVITY] for s, m in intake.meta.items()},
+                             {u.site: u.num_samples for u in intake.updates}, threshold=3.0, seed=0)
+        records.append(threshold_split(inputs, lambda message: None))
+
+    assert records[0] == records[1]
+    assert records[0]["federated_layers"] == 2
+    assert list(records[0]["site_curves"]) == ["site-1", "site-2"]
+
+
+def test_random_rule_draws_p_by_seed_and_keeps_the_last_layer_local():
+    inputs = [SplitInputs(list("abcdefgh"), {}, {"site-1": 1}, threshold=1.5, seed=seed) for seed in range(20)]
+
+    splits = [random_split(i, lambda message: None)["federated_layers"] for i in inputs]
+
+    assert splits == [random_split(i, lambda message: None)["federated_layers"] for i in inputs]
+    assert len(set(splits)) > 1 and all(1 <= p <= 7 for p in splits)
