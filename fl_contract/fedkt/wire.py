@@ -80,11 +80,11 @@ class ClassStatistics:
 
     @property
     def num_classes(self) -> int:
-        return self.sums.shape[0]
+        return int(self.sums.shape[0])
 
     @property
     def dim(self) -> int:
-        return self.sums.shape[1]
+        return int(self.sums.shape[1])
 
     def to_flat(self) -> np.ndarray:
         """The documented layout as one float64 vector."""

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from site_agent import __version__
 from fl_contract.fedkt.wire import RING_DTYPE, ring_fields
 from fl_contract.models.dcae import AutoencoderIdentity
+from site_agent import __version__
 
 PAYLOAD_FILE = "fedkt_statistics.u64"
 METADATA_FILE = "fedkt_statistics.json"

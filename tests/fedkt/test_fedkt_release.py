@@ -6,12 +6,18 @@ import numpy as np
 import pytest
 import torch
 
-from server_app.fedkt_release import (add_noise, class_gaussians, decode_latents, project_psd,
-                                      release_class_gaussians, sample_latents)
-from server_app.privacy.dp_calibration import NoiseCalibration, calibrate_noise
-from site_agent.fedkt.stats import class_statistics
 from fl_contract.fedkt.wire import ClassStatistics, from_ring, upper_triangle
 from fl_contract.models.dcae import build_tiny_dcae
+from server_app.fedkt_release import (
+    add_noise,
+    class_gaussians,
+    decode_latents,
+    project_psd,
+    release_class_gaussians,
+    sample_latents,
+)
+from server_app.privacy.dp_calibration import NoiseCalibration, calibrate_noise
+from site_agent.fedkt.stats import class_statistics
 
 
 def _calibration(std_mean, std_outer, std_count=None):

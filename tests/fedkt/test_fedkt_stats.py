@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from site_agent.fedkt.stats import class_statistics, clip_latents, encode_latents, site_statistics
 from fl_contract.fedkt.wire import RING_DTYPE, fixed_point_scales, from_ring, ring_fields
 from fl_contract.models.dcae import build_tiny_dcae
+from site_agent.fedkt.stats import class_statistics, clip_latents, encode_latents, site_statistics
 
 
 def test_clipping_scales_only_long_latents():

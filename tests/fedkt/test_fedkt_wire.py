@@ -3,9 +3,22 @@
 import numpy as np
 import pytest
 
-from fl_contract.fedkt.wire import (FRACTION_BITS, MAX_RECORDS, RING_DTYPE, ClassStatistics, check_capacity,
-                                   class_length, fixed_point_scales, from_ring, full_matrix, join_fields,
-                                   quantize_latents, ring_fields, split_fields, upper_triangle)
+from fl_contract.fedkt.wire import (
+    FRACTION_BITS,
+    MAX_RECORDS,
+    RING_DTYPE,
+    ClassStatistics,
+    check_capacity,
+    class_length,
+    fixed_point_scales,
+    from_ring,
+    full_matrix,
+    join_fields,
+    quantize_latents,
+    ring_fields,
+    split_fields,
+    upper_triangle,
+)
 
 
 def _ring(sums, outer_upper, counts):

@@ -5,9 +5,9 @@ import pytest
 import torch
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from fl_contract.fedkt.wire import from_ring
 from server_app.privacy.unmask import unmask_sum
 from site_agent.fedkt.stats import class_statistics
-from fl_contract.fedkt.wire import from_ring
 from site_agent.secure_agg import generate_keypair, mask_stream, mask_vector, pair_seed
 
 JOB = "job-1234"
