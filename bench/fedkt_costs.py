@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from jobs.fedkt_csd.spec import FedKTCSDParams
 from server_app.fedkt_release import release_class_gaussians
 from server_app.privacy.dp_calibration import calibrate_noise
 from server_app.privacy.unmask import unmask_sum
@@ -78,7 +79,7 @@ def server_release(num_sites: int, rng: np.random.Generator) -> float:
     calibration = calibrate_noise(10.0, 1e-5, R)
     started = time.perf_counter()
     stats = from_ring(unmask_sum(payloads, payloads), CLASSES, R)
-    release_class_gaussians(stats, calibration, noise_seed=0)
+    release_class_gaussians(stats, calibration, noise_seed=0, min_count=FedKTCSDParams().min_count)
     return time.perf_counter() - started
 
 

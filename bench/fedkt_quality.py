@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
+from jobs.fedkt_csd.spec import FedKTCSDParams
 from server_app.fedkt_release import decode_latents, release_class_gaussians, sample_latents
 from server_app.privacy.dp_calibration import calibrate_noise
 from fl_contract.classes import PLAYERFL_CLASSES
@@ -60,7 +61,7 @@ def fedkt_release(ae: LoadedAutoencoder, folders: list[Path], epsilon: float | N
     calibration = calibrate_noise(epsilon or 10.0, 1e-5, ae.clip_norm)
     if epsilon is None:
         calibration = replace(calibration, epsilon=math.inf, noise_multiplier=0.0, accounted_epsilon=math.inf)
-    return release_class_gaussians(stats, calibration, noise_seed=seed)
+    return release_class_gaussians(stats, calibration, noise_seed=seed, min_count=FedKTCSDParams().min_count)
 
 
 def membership_auc(ae: LoadedAutoencoder, folders: list[Path], epsilon: float | None, seed: int) -> tuple[float, float]:

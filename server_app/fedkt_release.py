@@ -20,7 +20,6 @@ from fl_contract.fedkt.wire import ClassStatistics, full_matrix
 from fl_contract.models.dcae import AutoencoderIdentity, from_autoencoder_range, latent_shape
 
 EIGENVALUE_FLOOR = 1e-4
-MIN_COUNT = 2.0
 _NOISE_STREAM, _SAMPLE_STREAM = 0, 1
 
 
@@ -66,8 +65,8 @@ def project_psd(matrix: np.ndarray, floor: float = EIGENVALUE_FLOOR) -> np.ndarr
     return (projected + projected.T) / 2.0
 
 
-def class_gaussians(noisy: ClassStatistics, std_mean: float, floor: float = EIGENVALUE_FLOOR,
-                    min_count: float = MIN_COUNT) -> ClassGaussians:
+def class_gaussians(noisy: ClassStatistics, std_mean: float, *, min_count: float,
+                    floor: float = EIGENVALUE_FLOOR) -> ClassGaussians:
     """mu = S_mu / n; Sigma = S_Sigma / n - mu mu^T + (std_mean / n)^2 I, projected to eigenvalues >= floor.
 
     The correction term: the noisy mean is mu + e with e ~ N(0, (std_mean / n)^2 I), so E[mu_noisy mu_noisy^T] =
@@ -84,12 +83,12 @@ def class_gaussians(noisy: ClassStatistics, std_mean: float, floor: float = EIGE
     return ClassGaussians(classes, means, np.stack([project_psd(c, floor) for c in covariances]), counts)
 
 
-def release_class_gaussians(stats: ClassStatistics, calibration: NoiseCalibration, noise_seed: int | None,
-                            floor: float = EIGENVALUE_FLOOR, min_count: float = MIN_COUNT,
+def release_class_gaussians(stats: ClassStatistics, calibration: NoiseCalibration, noise_seed: int | None, *,
+                            min_count: float, floor: float = EIGENVALUE_FLOOR,
                             autoencoder: AutoencoderIdentity | None = None) -> Release:
     """Noise the aggregated statistics, estimate the class Gaussians, and write the manifest."""
     noisy = add_noise(stats, calibration, noise_seed)
-    gaussians = class_gaussians(noisy, calibration.std_mean, floor, min_count)
+    gaussians = class_gaussians(noisy, calibration.std_mean, min_count=min_count, floor=floor)
     manifest = {
         **calibration.manifest(),
         "counts_noised": calibration.std_count is not None,

@@ -48,7 +48,7 @@ def test_bias_correction_on_a_known_case():
     noisy = ClassStatistics(np.array([[4.0, 8.0]]), upper_triangle(np.array([[[8.0, 10.0], [10.0, 20.0]]])),
                             np.array([4.0]))
 
-    gaussians = class_gaussians(noisy, std_mean=2.0)
+    gaussians = class_gaussians(noisy, std_mean=2.0, min_count=2.0)
 
     # mu = (1, 2); S/n - mu mu^T = [[1, 0.5], [0.5, 1]]; + (2 / 4)^2 I
     np.testing.assert_allclose(gaussians.means, [[1.0, 2.0]])
@@ -58,10 +58,10 @@ def test_bias_correction_on_a_known_case():
 def test_bias_correction_makes_the_covariance_unbiased_under_mean_noise():
     latents = torch.randn(10, 2, generator=torch.Generator().manual_seed(0)) * 5.0
     stats = from_ring(class_statistics(latents, torch.zeros(10, dtype=torch.long), 1, clip_norm=100.0), 1, 100.0)
-    exact = class_gaussians(stats, std_mean=0.0).covariances[0]
+    exact = class_gaussians(stats, std_mean=0.0, min_count=2.0).covariances[0]
     calibration = _calibration(std_mean=5.0, std_outer=1e-6)  # (std_mean / n)^2 = 0.25
 
-    estimates = np.stack([class_gaussians(add_noise(stats, calibration, seed), 5.0).covariances[0]
+    estimates = np.stack([class_gaussians(add_noise(stats, calibration, seed), 5.0, min_count=2.0).covariances[0]
                           for seed in range(4000)])
 
     np.testing.assert_allclose(estimates.mean(axis=0), exact, atol=0.06)
@@ -86,9 +86,9 @@ def test_release_is_deterministic_by_seed_and_withholds_small_classes():
     stats = ClassStatistics(stats.sums, stats.outer_upper, np.array([stats.counts[0], stats.counts[1], 0.0]))
     calibration = calibrate_noise(10.0, 1e-5, clip_norm=10.0, adjacency="add_remove")
 
-    first = release_class_gaussians(stats, calibration, noise_seed=7)
-    second = release_class_gaussians(stats, calibration, noise_seed=7)
-    other = release_class_gaussians(stats, calibration, noise_seed=8)
+    first = release_class_gaussians(stats, calibration, noise_seed=7, min_count=2.0)
+    second = release_class_gaussians(stats, calibration, noise_seed=7, min_count=2.0)
+    other = release_class_gaussians(stats, calibration, noise_seed=8, min_count=2.0)
 
     np.testing.assert_array_equal(first.noisy.to_flat(), second.noisy.to_flat())
     assert not np.array_equal(first.noisy.to_flat(), other.noisy.to_flat())
@@ -101,7 +101,7 @@ def test_release_is_deterministic_by_seed_and_withholds_small_classes():
 def test_manifest_records_the_numbers_but_not_the_noise_seed():
     calibration = calibrate_noise(10.0, 1e-5, clip_norm=10.0, adjacency="replace_one")
 
-    release = release_class_gaussians(_stats(), calibration, noise_seed=12345)
+    release = release_class_gaussians(_stats(), calibration, noise_seed=12345, min_count=2.0)
 
     manifest = release.manifest
     assert manifest["epsilon"] == 10.0 and manifest["adjacency"] == "replace_one"
@@ -113,7 +113,7 @@ def test_manifest_records_the_numbers_but_not_the_noise_seed():
 
 def test_sampling_is_seeded_and_follows_the_class_gaussian():
     stats = _stats(num_classes=2, n=400)
-    gaussians = class_gaussians(stats, std_mean=0.0)
+    gaussians = class_gaussians(stats, std_mean=0.0, min_count=2.0)
 
     latents, labels = sample_latents(gaussians, [3000, 10], seed=3)
     again, _ = sample_latents(gaussians, [3000, 10], seed=3)
