@@ -13,11 +13,10 @@ import torch
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.workflows.model_controller import ModelController
 
-from server_app.aggregation import (RULES, RoundIntake, aggregate, matching, missing_sites, scalar_metrics, site_name,
-                                    take_updates)
+from fl_contract.models import build_model, state_dict_to_numpy
+from server_app.aggregation import RULES, RoundIntake, aggregate, matching, missing_sites, scalar_metrics, site_name, take_updates
 from server_app.results import BEST_MODEL_FILE, RunRecorder
 from server_app.selection import BestModel, Params
-from fl_contract.models import build_model, state_dict_to_numpy
 
 SMALL_MODEL_PARAMETERS = 64  # models up to this size have their weights written into results.json every round
 
@@ -33,16 +32,17 @@ class FedAvgController(ModelController):
 
     def __init__(
         self,
+        *,
         num_rounds: int,
         model: str,
-        model_args: dict | None = None,
-        aggregation: str = "weighted_mean",
-        trim_fraction: float = 0.1,
-        min_clients: int = 1,
+        model_args: dict | None,
+        aggregation: str,
+        trim_fraction: float,
+        min_clients: int,
         selection_metric: str | None = None,
         selection_weight: str | None = None,
         late_site_wait_s: int = 600,
-        seed: int = 0,
+        seed: int,
     ):
         super().__init__(persistor_id="")
         if aggregation not in RULES:

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.segmentation.job import CPU_DEMO_DATA
+from jobs.segmentation.spec import CPU_DEMO_DATA
 from provisioning.loopback import free_port
 from provisioning.provision import Federation, customise, load_template, provision
 from site_agent.data.linear_demo import write_linear_site

@@ -5,16 +5,16 @@ import json
 import pytest
 from support import JOB_FILES, read_exported_job
 
-from jobs.common import export
+from jobs.common import build_job, export
 from jobs.playerfl.compare import run_playerfl_demo
-from jobs.playerfl.job import build_job
+from jobs.playerfl.spec import KIND, PLayerFLParams
 from site_agent import __version__
 
 NARROW_CNN5 = {"channels": [8, 16, 32, 64, 64], "hidden": 32}
 
 
 def test_exported_job_ships_no_code_and_keeps_every_parameter(tmp_path):
-    job_dir = export(build_job(method="ditto", num_rounds=4, image_size=64, threshold=2.0, ditto_lambda=0.3), tmp_path)
+    job_dir = export(build_job(KIND, PLayerFLParams(method="ditto", num_rounds=4, image_size=64, threshold=2.0, ditto_lambda=0.3)), tmp_path)
 
     job = read_exported_job(job_dir)
     server, client = job.workflow, job.executor

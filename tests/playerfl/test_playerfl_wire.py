@@ -13,8 +13,8 @@ from fl_contract.models import build_model, state_dict_to_numpy
 from fl_contract.playerfl import protocol
 from fl_contract.playerfl.layers import model_layers, prefix_keys
 from site_agent.site_config import SiteConfig
+from jobs.playerfl.spec import KIND, PLayerFLParams
 from site_agent.tasks.executor import SiteContext
-from site_agent.tasks.playerfl import PLayerFLTask
 
 MODEL_ARGS = {"in_size": 32, "channels": [4, 4, 8, 8, 8], "hidden": 8}
 
@@ -25,8 +25,8 @@ def _context(tmp_path: Path) -> SiteContext:
     return SiteContext("site-1", config, torch.device("cpu"), tmp_path / "workspace", Signal())
 
 
-def _task(method: str) -> PLayerFLTask:
-    return PLayerFLTask(method=method, model="cnn5", model_args=MODEL_ARGS, image_size=32, batch_size=8)
+def _task(method: str):
+    return KIND.site_task_component(PLayerFLParams(method=method, model_args=MODEL_ARGS, image_size=32, batch_size=8)).instantiate()
 
 
 def _initial_state() -> dict[str, torch.Tensor]:
