@@ -24,8 +24,8 @@ import monai
 import numpy as np
 import pydicom
 from monai.data import PydicomReader
-
 from readme_section import write_section
+
 from site_agent.data import dicom_series
 from site_agent.data.dicom_series import SeriesIds, read_dicom_series, write_dicom_series
 

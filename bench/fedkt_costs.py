@@ -22,14 +22,14 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from fl_contract.fedkt.wire import from_ring
+from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, to_autoencoder_range
 from jobs.fedkt_csd.spec import FedKTCSDParams
 from server_app.fedkt_release import release_class_gaussians
 from server_app.privacy.dp_calibration import calibrate_noise
 from server_app.privacy.unmask import unmask_sum
 from site_agent.fedkt.demo_autoencoder import public_images
 from site_agent.fedkt.stats import class_statistics, encode_latents, site_statistics
-from fl_contract.fedkt.wire import from_ring
-from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, to_autoencoder_range
 from site_agent.secure_agg import generate_keypair, mask_vector
 
 D, CLASSES, R = 128, 10, 34.0

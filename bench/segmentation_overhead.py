@@ -27,9 +27,9 @@ from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
+from fl_contract.models import state_dict_to_numpy
 from jobs.segmentation.spec import KIND, SegmentationParams
 from site_agent.data.synthetic_brats import write_brats_site
-from fl_contract.models import state_dict_to_numpy
 from site_agent.site_config import SiteConfig
 from site_agent.tasks.executor import SiteContext
 

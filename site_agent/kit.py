@@ -86,7 +86,7 @@ def _common_name(name: x509.Name) -> str:
 
 def verify_certificate_chain(cert_path: Path, key_path: Path, root_ca_path: Path, now: dt.datetime | None = None) -> CertificateReport:
     """Check that the certificate was issued by the kit's root CA, is within its dates, and matches the private key."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     cert, root = _load_certificate(cert_path), _load_certificate(root_ca_path)
     try:
         cert.verify_directly_issued_by(root)

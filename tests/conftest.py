@@ -10,7 +10,7 @@ import pytest
 from support import ADMIN, provision_demo_federation
 
 from jobs.common import build_job, export
-from jobs.fedavg_linear.spec import FedAvgLinearParams, KIND
+from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.loopback import LoopbackFederation
 from provisioning.provision import Federation
 

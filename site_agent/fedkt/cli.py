@@ -15,9 +15,9 @@ from site_agent.site_config import SiteConfig
 
 def _export(args: argparse.Namespace) -> int:
     from fl_contract.device import select_device
+    from fl_contract.models.dcae import load_autoencoder
     from site_agent.fedkt.export import ExportSettings, write_export
     from site_agent.fedkt.site_data import statistics_vector
-    from fl_contract.models.dcae import load_autoencoder
 
     kit = Path(args.kit)
     config = SiteConfig.for_kit(kit)
@@ -34,8 +34,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _train_demo_autoencoder(args: argparse.Namespace) -> int:
-    from site_agent.fedkt.demo_autoencoder import train_demo_autoencoder
     from fl_contract.models.dcae import load_autoencoder
+    from site_agent.fedkt.demo_autoencoder import train_demo_autoencoder
 
     folder = train_demo_autoencoder(Path(args.out), args.images, args.steps, args.batch_size, args.seed)
     identity = load_autoencoder(folder).identity

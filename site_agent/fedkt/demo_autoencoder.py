@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 from diffusers import AutoencoderDC
 
+from fl_contract.models.dcae import build_tiny_dcae, save_autoencoder, to_autoencoder_range
 from site_agent.data.isic import TRAINING_CLASSES, read_isic_site
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt.site_data import read_images
 from site_agent.fedkt.stats import encode_latents
-from fl_contract.models.dcae import build_tiny_dcae, save_autoencoder, to_autoencoder_range
 
 PUBLIC_SEED = 20_240_607  # the public image set; demo sites use small seeds
 LATENT_WEIGHT = 1e-3

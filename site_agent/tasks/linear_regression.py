@@ -6,8 +6,8 @@ import torch
 from nvflare.apis.fl_constant import FLMetaKey
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
-from site_agent.data.linear_demo import load_linear_site
 from fl_contract.models import build_model, load_numpy_params, state_dict_to_numpy
+from site_agent.data.linear_demo import load_linear_site
 from site_agent.tasks.executor import SiteContext, TaskExecutor
 
 

@@ -29,7 +29,6 @@ from site_agent.segmentation.training import precision, train_epochs, validate
 from site_agent.tasks.executor import SiteContext, TaskExecutor
 
 
-
 class SegmentationTask(TaskExecutor):
     """SegResNet training at a site: sigmoid Dice loss, Adam, MONAI's BraTS augmentation, AMP on CUDA."""
 

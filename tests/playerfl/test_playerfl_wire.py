@@ -8,12 +8,12 @@ import torch
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel
 
-from site_agent.data.synthetic_isic import write_isic_site
 from fl_contract.models import build_model, state_dict_to_numpy
 from fl_contract.playerfl import protocol
 from fl_contract.playerfl.layers import model_layers, prefix_keys
-from site_agent.site_config import SiteConfig
 from jobs.playerfl.spec import KIND, PLayerFLParams
+from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.site_config import SiteConfig
 from site_agent.tasks.executor import SiteContext
 
 MODEL_ARGS = {"in_size": 32, "channels": [4, 4, 8, 8, 8], "hidden": 8}

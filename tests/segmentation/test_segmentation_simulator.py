@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from fl_contract.models import build_model
 from jobs.common import build_job, export
 from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
 from jobs.simulate import SimulationRun, simulate
 from site_agent.data.synthetic_brats import write_brats_site
-from fl_contract.models import build_model
 
 SITES = ["site-1", "site-2", "site-3"]
 CASES = {"site-1": 4, "site-2": 3, "site-3": 4}  # 1 validation case each (val_fraction 0.25)

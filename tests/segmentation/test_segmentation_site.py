@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from fl_contract.models import build_model
+from fl_contract.models.segmentation import IN_CHANNELS, segresnet
 from site_agent.data.brats_case import MODALITIES
 from site_agent.data.reader import DataError
 from site_agent.data.synthetic_brats import write_brats_site
-from fl_contract.models import build_model
-from fl_contract.models.segmentation import IN_CHANNELS, segresnet
 from site_agent.segmentation.data import load_site_data
 from site_agent.segmentation.dp import privatise_update
 from site_agent.segmentation.training import DICE_KEYS, train_epochs, validate
