@@ -54,7 +54,8 @@ def monai_pydicom_reader(folder: Path) -> np.ndarray:
 def write_series(folder: Path, size: int, slices: int) -> None:
     stored = np.random.default_rng(0).integers(0, 4096, (size, size, slices)).astype(np.uint16)
     affine = np.diag([-0.9375, -0.9375, 1.0, 1.0])
-    write_dicom_series(folder, stored, affine, SeriesIds("1.2.3.1", "1.2.3.2", "1.2.3.3", "BENCH"), "T1", slope=0.5, intercept=-10.0)
+    write_dicom_series(folder, stored, affine, SeriesIds("1.2.3.1", "1.2.3.2", "1.2.3.3", "BENCH"), "T1",
+                       slope=0.5, intercept=-10.0)
 
 
 def measure(folder: Path, repeats: int) -> dict[str, list[float]]:
@@ -88,7 +89,8 @@ def table(times: dict[str, list[float]], size: int, slices: int, repeats: int) -
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     lines += [
-        f"| {name} | {medians[name] * 1e3:.1f} | {medians[name] / base:.2f}x | {fastest[name] * 1e3:.1f} | {fastest[name] / base_min:.2f}x |"
+        f"| {name} | {medians[name] * 1e3:.1f} | {medians[name] / base:.2f}x "
+        f"| {fastest[name] * 1e3:.1f} | {fastest[name] / base_min:.2f}x |"
         for name in times
     ]
     return "\n".join(lines)

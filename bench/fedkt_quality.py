@@ -6,8 +6,8 @@ Data: the demo ISIC-format generator, 3 sites, 4 classes, Dirichlet alpha label 
 (the job's split). Everything runs in-process with the job's plain functions (no FLARE).
 
 1. Membership inference at epsilon 10 (and with no noise, to show the attacks have power): members are the
-   records in the statistics, non-members the sites' held-out records (same sites, same distribution). Two attacks: (a) log-density
-   of the record's latent under its class's released Gaussian (white box on the published DP statistics);
+   records in the statistics, non-members the sites' held-out records (same sites, same distribution). Two attacks:
+   (a) log-density of the record's latent under its class's released Gaussian (white box on the published DP statistics);
    (b) minus the distance to the nearest synthetic latent of its class. AUC 0.5 = no better than guessing.
 2. Downstream balanced accuracy on the pooled held-out real images, for alpha 0.1, 0.5, 10: FedKT-CSD (classifier
    trained on the decoded synthetic set, `samples` per class) vs FedAvg (same classifier, `rounds` rounds of one

@@ -41,7 +41,7 @@ def main() -> None:
         model = build_model("cnn5", in_size=args.size)
         loss_fn = focal_loss(2.0)
         epochs, passes = [], []
-        for repeat in range(args.repeats):
+        for _repeat in range(args.repeats):
             start = time.perf_counter()
             train_epochs(model, DataLoader(train, batch_size=args.batch_size, shuffle=True), loss_fn, 1, 1e-3, 1e-4)
             epochs.append(time.perf_counter() - start)

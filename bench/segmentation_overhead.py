@@ -35,7 +35,8 @@ from site_agent.tasks.executor import SiteContext
 
 
 def _bare_monai_round(net: SegResNet, train: DataLoader, val: DataLoader, roi: list[int]) -> None:
-    metric, post = DiceMetric(include_background=True, reduction="mean_batch"), Compose([Activations(sigmoid=True), AsDiscrete(threshold=0.5)])
+    metric = DiceMetric(include_background=True, reduction="mean_batch")
+    post = Compose([Activations(sigmoid=True), AsDiscrete(threshold=0.5)])
     net.eval()
     with torch.no_grad():
         for batch in val:
@@ -66,7 +67,8 @@ def main() -> None:
         write_brats_site(folder, 1, n_cases=args.cases, shape=(args.size,) * 3, layout="nifti")
         task = KIND.site_task_component(SegmentationParams(init_filters=args.filters, dropout_prob=0.0, roi_size=tuple(roi),
                                                           val_fraction=0.25, tracking=False)).instantiate()
-        ctx = SiteContext("site-1", SiteConfig(Path(tmp) / "site_agent.json", {"brats": str(folder)}), torch.device("cpu"), Path(tmp), Signal())
+        ctx = SiteContext("site-1", SiteConfig(Path(tmp) / "site_agent.json", {"brats": str(folder)}), torch.device("cpu"),
+                          Path(tmp), Signal())
         torch.manual_seed(0)
         global_params = state_dict_to_numpy(SegResNet(**model_args, in_channels=4, out_channels=3))
         received = FLModel(params=global_params, params_type=ParamsType.FULL, current_round=0)

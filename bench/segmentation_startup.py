@@ -47,7 +47,8 @@ def main() -> None:
     for index, site in enumerate(SITES, start=1):
         write_brats_site(workspace / "data" / site, index, **CPU_DEMO_DATA)
         write_site_config(federation.kit(site), {"brats": str(workspace / "data" / site)})
-    job_dir = export(build_job(KIND, SegmentationParams(num_rounds=1, local_epochs=1, min_clients=3, **CPU_DEMO)), workspace / "jobs")
+    job_dir = export(build_job(KIND, SegmentationParams(num_rounds=1, local_epochs=1, min_clients=3, **CPU_DEMO)),
+                     workspace / "jobs")
     with LoopbackFederation(federation) as loopback:
         loopback.start_server()
         for site in SITES:

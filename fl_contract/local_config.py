@@ -34,7 +34,9 @@ def read_folder_map(path: Path, field: str, example: str, guide: str, error: typ
     return mapping, device
 
 
-def resolve_folder(path: Path, mapping: dict[str, str], kind: str, key: str, error: type[ValueError], site_name: str = "") -> Path:
+def resolve_folder(
+    path: Path, mapping: dict[str, str], kind: str, key: str, error: type[ValueError], site_name: str = ""
+) -> Path:
     """The existing folder configured for `key` (a `kind` such as "dataset" or "model")."""
     if key not in mapping:
         field = f"{kind}s"

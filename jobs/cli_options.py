@@ -24,7 +24,8 @@ def add_parameter_options(parser: argparse.ArgumentParser, params: type[JobParam
         if kind is bool:
             options["action"] = argparse.BooleanOptionalAction
         elif _is_tuple(hint):
-            options.update(nargs="+", type=kind if kind is not str else _comma_list, metavar=meta.get("metavar") or kind.__name__.upper())
+            options.update(nargs="+", type=kind if kind is not str else _comma_list,
+                           metavar=meta.get("metavar") or kind.__name__.upper())
         else:
             options.update(type=json.loads if kind is dict else kind, metavar=meta.get("metavar"))
             if meta.get("choices") is not None:

@@ -98,7 +98,8 @@ def run_demo(workspace: Path, job_names: list[str], port: int | None = None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fl-demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workspace", type=Path, default=Path("demo-workspace"), help="folder for kits, data, results (recreated)")
+    parser.add_argument("--workspace", type=Path, default=Path("demo-workspace"),
+                        help="folder for kits, data, results (recreated)")
     available = demo_jobs()
     parser.add_argument("--jobs", default=",".join(available), help=f"comma-separated, from: {', '.join(available)}")
     parser.add_argument("--port", type=int, help="server port on 127.0.0.1 (default: a free one)")

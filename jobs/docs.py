@@ -48,5 +48,6 @@ def _value(value: Any) -> str:
 def _allowed(meta: typing.Mapping[str, Any]) -> str:
     if meta.get("choices") is not None:
         return ", ".join(f"`{c}`" for c in meta["choices"])
-    bounds = [f">= {meta['low']}" if meta.get("low") is not None else "", f"<= {meta['high']}" if meta.get("high") is not None else ""]
+    bounds = [f">= {meta['low']}" if meta.get("low") is not None else "",
+              f"<= {meta['high']}" if meta.get("high") is not None else ""]
     return ", ".join(b for b in bounds if b)

@@ -11,13 +11,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from server_app.results import RESULTS_FILE
 
 REGIONS = ("tc", "wt", "et", "mean")
 
 
-def dice_table(results: dict) -> dict[int, dict[str, dict[str, float]]]:
+def dice_table(results: dict[str, Any]) -> dict[int, dict[str, dict[str, float]]]:
     """{model round: {site: {"tc", "wt", "et", "mean"}}} from every round's and the final validation's site metrics."""
     scored = [(entry["round"] - 1, {s: v["metrics"] for s, v in entry["sites"].items()}) for entry in results["rounds"]]
     final = results.get("final_validation")
@@ -32,13 +33,13 @@ def dice_table(results: dict) -> dict[int, dict[str, dict[str, float]]]:
     return table
 
 
-def _federation_mean(results: dict) -> dict[int, float]:
+def _federation_mean(results: dict[str, Any]) -> dict[int, float]:
     """The server's site-weighted selection value per model round."""
     entries = [e.get("selection") for e in results["rounds"]] + [results.get("final_validation", {}).get("selection")]
     return {s["model_round"]: s["value"] for s in entries if s}
 
 
-def markdown(results: dict) -> str:
+def markdown(results: dict[str, Any]) -> str:
     table = dice_table(results)
     sites = sorted({s for row in table.values() for s in row})
     federation = _federation_mean(results)
@@ -47,15 +48,17 @@ def markdown(results: dict) -> str:
         cells = [f"{row[s]['mean']:.3f}" if s in row else "-" for s in sites]
         lines.append(f"| {model_round} | " + " | ".join(cells) + f" | {federation.get(model_round, float('nan')):.3f} |")
     last = max(table)
-    lines += ["", f"Final model (round {last}), Dice per region:", "", "| site | TC | WT | ET | mean |", "|---|---:|---:|---:|---:|"]
+    lines += ["", f"Final model (round {last}), Dice per region:", "",
+              "| site | TC | WT | ET | mean |", "|---|---:|---:|---:|---:|"]
     lines += [f"| {s} | " + " | ".join(f"{v[r]:.3f}" for r in REGIONS) + " |" for s, v in table[last].items()]
     best = results.get("best_model")
     if best:
-        lines += ["", f"Best global model: {best['metric']} {best['value']:.3f} at model round {best['model_round']} ({best['file']})."]
+        lines += ["", f"Best global model: {best['metric']} {best['value']:.3f} "
+                      f"at model round {best['model_round']} ({best['file']})."]
     return "\n".join(lines) + "\n"
 
 
-def plot(results: dict, path: Path) -> Path:
+def plot(results: dict[str, Any], path: Path) -> Path:
     """Mean Dice per site (one line each) and the federation's weighted mean over model rounds."""
     import matplotlib
 
@@ -80,7 +83,7 @@ def plot(results: dict, path: Path) -> Path:
     return path
 
 
-def load_results(path: Path) -> dict:
+def load_results(path: Path) -> dict[str, Any]:
     """`results.json`, given the file or any folder above it in a downloaded job result."""
     path = Path(path)
     if path.is_dir():
@@ -89,9 +92,12 @@ def load_results(path: Path) -> dict:
             raise SystemExit(f"{path}: expected one {RESULTS_FILE} below it, found {len(found)}; pass the file itself")
         path = found[0]
     try:
-        return json.loads(path.read_text())
+        results = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise SystemExit(f"{path}: not a readable {RESULTS_FILE} ({exc})") from exc
+    if not isinstance(results, dict):
+        raise SystemExit(f"{path}: not a {RESULTS_FILE} (a JSON {type(results).__name__}, not an object)")
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -40,12 +41,12 @@ class BestModel:
     model_round: int | None = None
     params: Params = field(default_factory=dict)
 
-    def observe(self, model_round: int, params: Params, metrics: Mapping[str, Mapping[str, float]]) -> dict:
+    def observe(self, model_round: int, params: Params, metrics: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
         """Score the model sent in `model_round`; returns the record for results.json."""
         value = site_weighted_mean(metrics, self.metric, self.weight)
         if value > self.value:
             self.value, self.model_round, self.params = value, model_round, params
         return {"metric": self.metric, "value": value, "model_round": model_round}
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {"metric": self.metric, "weight": self.weight, "value": self.value, "model_round": self.model_round}

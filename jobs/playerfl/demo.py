@@ -25,7 +25,8 @@ def summary(outcome: JobOutcome) -> str:
     """Per-site held-out scores, the federation's weighted score and fairness, and PLayer-FL's split."""
     results = json.loads((outcome.server_app_dir() / RESULTS_FILE).read_text())
     lines = ["site     macro-F1  balanced acc"]
-    lines += [f"{site:<8} {m['test_macro_f1']:>8.3f}  {m['test_balanced_accuracy']:>12.3f}" for site, m in sorted(results["evaluation"].items())]
+    lines += [f"{site:<8} {m['test_macro_f1']:>8.3f}  {m['test_balanced_accuracy']:>12.3f}"
+              for site, m in sorted(results["evaluation"].items())]
     s = results["summary"]
     lines.append(f"federation (weighted by training size): macro-F1 {s['test_macro_f1']:.3f}, balanced accuracy "
                  f"{s['test_balanced_accuracy']:.3f}; fairness (variance of macro-F1) {s['test_macro_f1_variance']:.4f}")

@@ -19,7 +19,8 @@ def write_report(runs: Sequence[Run], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     table = method_table(runs)
     figures = [plots.site_bars(runs, score, out_dir / f"sites_{score}.png") for score in SCORES]
-    figures += [plots.sensitivity_curves(r, out_dir / f"sensitivity_seed{r.seed}.png") for r in runs if r.split and "site_curves" in r.split]
+    figures += [plots.sensitivity_curves(r, out_dir / f"sensitivity_seed{r.seed}.png")
+                for r in runs if r.split and "site_curves" in r.split]
     splits = {f"{r.method} seed {r.seed}": r.split["federated_layers"] for r in runs if r.split}
     text = ["# PLayer-FL report", "",
             f"{len(runs)} runs. Median over seeds [bootstrap 95% interval]; federation scores weighted by training size; "

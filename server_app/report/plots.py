@@ -21,7 +21,8 @@ def site_bars(runs: Sequence[Run], score: str, out: Path) -> Path:
     width = 0.8 / len(methods)
     fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(sites)), 4))
     for i, method in enumerate(methods):
-        medians = [np.median([r.evaluation[s][score] for r in runs if r.method == method and s in r.evaluation] or [np.nan]) for s in sites]
+        medians = [np.median([r.evaluation[s][score] for r in runs if r.method == method and s in r.evaluation] or [np.nan])
+                   for s in sites]
         ax.bar(np.arange(len(sites)) + i * width, medians, width, label=method)
     ax.set_xticks(np.arange(len(sites)) + 0.4 - width / 2, sites)
     ax.set_ylabel(f"{score} (median over seeds)")
@@ -36,6 +37,8 @@ def site_bars(runs: Sequence[Run], score: str, out: Path) -> Path:
 def sensitivity_curves(run: Run, out: Path) -> Path:
     """Each site's cumulative curve and the weighted mean, log scale, with a line after the last federated layer."""
     split = run.split
+    if split is None:
+        raise ValueError(f"{run.source}: the {run.method} run (seed {run.seed}) recorded no PLayer-FL split to plot")
     layers = split["layers"]
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(layers)), 4))
     for site, curve in sorted(split["site_curves"].items()):

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from server_app.results import RESULTS_FILE
 
@@ -16,7 +17,7 @@ class Run:
     seed: int
     evaluation: dict[str, dict[str, float]]
     summary: dict[str, float]
-    split: dict | None
+    split: dict[str, Any] | None
     source: Path
 
     def site_scores(self, score: str) -> dict[str, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,14 +39,17 @@ def run_metrics(run: Run, runs: Sequence[Run]) -> dict[str, float | None]:
     return metrics
 
 
-def method_table(runs: Sequence[Run]) -> dict[str, dict[str, tuple[float, float, float] | None]]:
-    """method -> metric -> (median, low, high) over seeds, or None where a metric cannot be computed."""
-    table: dict[str, dict] = {}
+def method_table(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
+    """method -> metric -> (median, low, high) over seeds, or None where a metric cannot be computed; "seeds" -> run count."""
+    table: dict[str, dict[str, Any]] = {}
     for method in sorted({r.method for r in runs}):
         per_seed = [run_metrics(r, runs) for r in runs if r.method == method]
-        table[method] = {key: None if any(m[key] is None for m in per_seed) else bootstrap_median([m[key] for m in per_seed])
-                         for key in per_seed[0]}
-        table[method]["seeds"] = len(per_seed)
+        row: dict[str, Any] = {}
+        for key in per_seed[0]:
+            values = [v for m in per_seed if (v := m[key]) is not None]
+            row[key] = None if len(values) < len(per_seed) else bootstrap_median(values)
+        row["seeds"] = len(per_seed)
+        table[method] = row
     return table
 
 
@@ -53,7 +57,7 @@ def _cell(value: tuple[float, float, float] | None) -> str:
     return "n/a" if value is None else f"{value[0]:.3f} [{value[1]:.3f}, {value[2]:.3f}]"
 
 
-def markdown(table: dict[str, dict]) -> str:
+def markdown(table: dict[str, dict[str, Any]]) -> str:
     columns = [(f"{s}", f"{LABELS[s]}") for s in SCORES] + [(f"{s}_variance", f"fairness: var {LABELS[s]}") for s in SCORES] \
         + [(f"{s}_incentivisation", f"incentivisation ({LABELS[s]})") for s in SCORES]
     lines = ["| method | seeds | " + " | ".join(label for _, label in columns) + " |",
