@@ -84,7 +84,9 @@ def _common_name(name: x509.Name) -> str:
     return str(attrs[0].value) if attrs else name.rfc4514_string()
 
 
-def verify_certificate_chain(cert_path: Path, key_path: Path, root_ca_path: Path, now: dt.datetime | None = None) -> CertificateReport:
+def verify_certificate_chain(
+    cert_path: Path, key_path: Path, root_ca_path: Path, now: dt.datetime | None = None
+) -> CertificateReport:
     """Check that the certificate was issued by the kit's root CA, is within its dates, and matches the private key."""
     now = now or dt.datetime.now(dt.UTC)
     cert, root = _load_certificate(cert_path), _load_certificate(root_ca_path)
@@ -94,13 +96,16 @@ def verify_certificate_chain(cert_path: Path, key_path: Path, root_ca_path: Path
         raise KitError(
             f"{cert_path}: not signed by this kit's root CA {root_ca_path} (certificate issuer "
             f"{_common_name(cert.issuer)!r}, root CA {_common_name(root.subject)!r}; {exc or 'bad signature'}). "
-            "The certificate comes from another provisioning: ask the federation lead for this site's kit from the current project"
+            "The certificate comes from another provisioning: "
+            "ask the federation lead for this site's kit from the current project"
         ) from exc
     for label, c, path in (("certificate", cert, cert_path), ("root CA", root, root_ca_path)):
         if now < c.not_valid_before_utc:
-            raise KitError(f"{path}: {label} is not valid before {c.not_valid_before_utc:%Y-%m-%d}; check this machine's clock")
+            raise KitError(f"{path}: {label} is not valid before {c.not_valid_before_utc:%Y-%m-%d}; "
+                           "check this machine's clock")
         if now > c.not_valid_after_utc:
-            raise KitError(f"{path}: {label} expired on {c.not_valid_after_utc:%Y-%m-%d}; ask the federation lead to re-provision")
+            raise KitError(f"{path}: {label} expired on {c.not_valid_after_utc:%Y-%m-%d}; "
+                           "ask the federation lead to re-provision")
     if not key_path.is_file():
         raise KitError(f"{key_path}: missing; ask the federation lead for a complete startup kit")
     try:
@@ -108,7 +113,8 @@ def verify_certificate_chain(cert_path: Path, key_path: Path, root_ca_path: Path
     except (ValueError, TypeError) as exc:
         raise KitError(f"{key_path}: not an unencrypted PEM private key ({exc})") from exc
     public = serialization.PublicFormat.SubjectPublicKeyInfo
-    if key.public_key().public_bytes(serialization.Encoding.PEM, public) != cert.public_key().public_bytes(serialization.Encoding.PEM, public):
+    pem = serialization.Encoding.PEM
+    if key.public_key().public_bytes(pem, public) != cert.public_key().public_bytes(pem, public):
         raise KitError(f"{key_path}: does not belong to {cert_path}; the kit mixes files from different provisionings")
     days_left = (cert.not_valid_after_utc - now).days
     return CertificateReport(_common_name(cert.subject), _common_name(cert.issuer), cert.not_valid_after_utc, days_left)

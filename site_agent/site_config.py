@@ -62,9 +62,10 @@ def _configure(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("configure", help="point the agent at this site's data folders")
     parser.add_argument("--kit", required=True, help="folder of this site's startup kit")
-    parser.add_argument("--data", action="append", default=[], metavar="KEY=FOLDER", help="dataset key and local folder (repeatable)")
+    parser.add_argument("--data", action="append", default=[], metavar="KEY=FOLDER",
+                        help="dataset key and local folder (repeatable)")
     parser.add_argument("--device", choices=DEVICES, help="auto (GPU when present), cpu or cuda")
     parser.set_defaults(func=_configure)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from jobs.common import build_job, export
 from jobs.playerfl.spec import KIND, PLayerFLParams
@@ -19,14 +20,16 @@ def write_demo_sites(data_dir: Path, num_sites: int, images_per_site: int, image
     """Synthetic four-class sites `site-1..N` under `data_dir` (label skew from one Dirichlet(alpha) draw)."""
     sites = [f"site-{i}" for i in range(1, num_sites + 1)]
     for index, site in enumerate(sites, start=1):
-        write_isic_site(Path(data_dir) / site, index, n_sites=num_sites, n_images=images_per_site, alpha=alpha, size=image_size, seed=seed)
+        write_isic_site(Path(data_dir) / site, index, n_sites=num_sites, n_images=images_per_site, alpha=alpha,
+                        size=image_size, seed=seed)
     return sites
 
 
-def simulate_method(method: str, out_dir: Path, sites: list[str], data_dir: Path, seed: int, **job_args: object) -> Path:
+def simulate_method(method: str, out_dir: Path, sites: list[str], data_dir: Path, seed: int, **job_args: Any) -> Path:
     """Export and simulate one method; returns its results.json, or raises naming the log if the job aborted."""
     name = f"{method}-seed{seed}"
-    job_dir = export(build_job(KIND, PLayerFLParams(method=method, seed=seed, min_clients=len(sites), **job_args)), Path(out_dir) / "jobs" / name)
+    params = PLayerFLParams(method=method, seed=seed, min_clients=len(sites), **job_args)
+    job_dir = export(build_job(KIND, params), Path(out_dir) / "jobs" / name)
     run = simulate(job_dir, Path(out_dir) / "runs" / name, sites, {"isic": str(Path(data_dir).resolve() / "{site_name}")})
     results = run.server_app_dir / RESULTS_FILE
     if run.aborted() or not results.is_file():
@@ -36,7 +39,7 @@ def simulate_method(method: str, out_dir: Path, sites: list[str], data_dir: Path
 
 def run_playerfl_demo(out_dir: Path, methods: Sequence[str] = DEMO_METHODS, seeds: Sequence[int] = (0,), num_sites: int = 4,
                       images_per_site: int = 40, image_size: int = 32, num_rounds: int = 3, alpha: float = 0.5,
-                      batch_size: int = 16, model_args: dict | None = None) -> Path:
+                      batch_size: int = 16, model_args: dict[str, Any] | None = None) -> Path:
     """Simulate every method for every seed on one synthetic federation and write the report; returns report.md."""
     out_dir = Path(out_dir)
     sites = write_demo_sites(out_dir / "data", num_sites, images_per_site, image_size, alpha, seed=0)

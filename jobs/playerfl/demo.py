@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from jobs.admin import JobOutcome
 from jobs.demo_data import isic_demo_site
@@ -13,8 +14,10 @@ from server_app.results import RESULTS_FILE
 
 # Enough optimiser steps (~4 rounds x 4 epochs x 8 batches) for the narrow CNN5 to leave the majority-class plateau
 # on the demo's ~60 training images per site; measured in the simulator: about 40 s per method on 2 CPU cores.
-DEMO_JOB_ARGS = {"num_rounds": 4, "local_epochs": 4, "image_size": 32, "batch_size": 8, "learning_rate": 3e-3,
-                 "min_clients": 3, "model_args": {"channels": [8, 16, 32, 64, 64], "hidden": 32}}
+DEMO_JOB_ARGS: dict[str, Any] = {
+    "num_rounds": 4, "local_epochs": 4, "image_size": 32, "batch_size": 8, "learning_rate": 3e-3,
+    "min_clients": 3, "model_args": {"channels": [8, 16, 32, 64, 64], "hidden": 32},
+}
 
 
 def site_data(index: int, site: str, root: Path) -> dict[str, str]:

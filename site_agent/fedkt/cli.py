@@ -44,7 +44,7 @@ def _train_demo_autoencoder(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("fedkt", help="FedKT-CSD: export the site's statistics for review, demo autoencoder")
     commands = parser.add_subparsers(dest="fedkt_command", required=True, metavar="COMMAND")
 

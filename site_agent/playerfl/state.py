@@ -48,4 +48,5 @@ def load_state(path: Path) -> SiteState | None:
     try:
         return SiteState(**torch.load(path, weights_only=True))
     except Exception as exc:
-        raise RuntimeError(f"{path}: the site's PLayer-FL state cannot be read ({exc}); delete it to restart this job's site state") from exc
+        raise RuntimeError(f"{path}: the site's PLayer-FL state cannot be read ({exc}); "
+                           "delete it to restart this job's site state") from exc

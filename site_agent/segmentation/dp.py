@@ -32,6 +32,7 @@ def privatise_update(
     scale = min(1.0, clip_norm / norm) if norm > 0 else 1.0
     std = noise_std(clip_norm, noise_multiplier)
     return {
-        k: (np.asarray(global_params[k], np.float64) + d * scale + rng.normal(0.0, std, d.shape)).astype(np.asarray(local_params[k]).dtype)
+        k: (np.asarray(global_params[k], np.float64) + d * scale + rng.normal(0.0, std, d.shape)).astype(
+            np.asarray(local_params[k]).dtype)
         for k, d in diff.items()
     }

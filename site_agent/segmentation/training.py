@@ -72,7 +72,8 @@ def train_epochs(
 
 
 def validate(
-    net: nn.Module, loader: DataLoader, roi_size: Sequence[int], device: torch.device, sw_batch_size: int = 1, overlap: float = 0.5
+    net: nn.Module, loader: DataLoader, roi_size: Sequence[int], device: torch.device, sw_batch_size: int = 1,
+    overlap: float = 0.5,
 ) -> dict[str, float]:
     """Sliding-window Dice per region (TC, WT, ET) and their mean over the loader's whole volumes.
 
@@ -86,6 +87,8 @@ def validate(
             image, label = batch["image"].to(device), batch["label"].to(device)
             with _autocast(device):
                 logits = sliding_window_inference(image, list(roi_size), sw_batch_size, net, overlap=overlap)
+            if not isinstance(logits, torch.Tensor):  # MONAI passes through a network's tuple or dict output
+                raise TypeError(f"the segmentation network returned {type(logits).__name__}, not a tensor of logits")
             metric(y_pred=[post(x) for x in decollate_batch(logits.float())], y=decollate_batch(label))
     per_region = [float(v) for v in metric.aggregate()]
     return {**dict(zip(DICE_KEYS, per_region)), DICE_KEYS[-1]: sum(per_region) / len(per_region)}

@@ -76,7 +76,8 @@ def test_class_outside_the_allow_list_is_refused(running_federation, fedavg_job_
     assert outcome.status == "FINISHED:ABNORMAL"
     # FLARE records the reason only in each site's job log (documented in docs/admin-guide.md)
     site_log = running_federation.federation.kit("site-1") / outcome.job_id / "log.txt"
-    assert "'nvflare.app_common.np.np_trainer.NPTrainer' at config path 'executors.#1.executor' is not in allow_list" in site_log.read_text()
+    assert ("'nvflare.app_common.np.np_trainer.NPTrainer' at config path 'executors.#1.executor' is not in allow_list"
+            in site_log.read_text())
 
 
 def test_job_for_another_agent_version_is_refused_naming_both(running_federation, fedavg_job_dir, tmp_path):
@@ -98,9 +99,11 @@ def test_job_for_another_agent_version_is_refused_naming_both(running_federation
 
 def _foreign_certificate_kit(running_federation, tmp_path: Path) -> Path:
     """site-1's kit (right root CA, right server) carrying a certificate issued by another federation's CA."""
-    other = provision(customise(load_template(None), name="other-federation", sites=["rogue-site"], port=free_port()), tmp_path / "other")
+    other = provision(customise(load_template(None), name="other-federation", sites=["rogue-site"], port=free_port()),
+                      tmp_path / "other")
     kit = tmp_path / "rogue-site"
-    shutil.copytree(running_federation.federation.kit("site-1"), kit, ignore=shutil.ignore_patterns("*-*-*-*-*", "*.log", "*.txt"))
+    shutil.copytree(running_federation.federation.kit("site-1"), kit,
+                    ignore=shutil.ignore_patterns("*-*-*-*-*", "*.log", "*.txt"))
     for name in ("client.crt", "client.key"):
         shutil.copy(other.kit("rogue-site") / "startup" / name, kit / "startup" / name)
     config_path = kit / "startup" / "fed_client.json"

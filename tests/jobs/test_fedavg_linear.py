@@ -31,7 +31,8 @@ def _results(run) -> dict:
 
 
 def test_exported_job_ships_no_code_and_records_parameters(tmp_path):
-    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=2, local_steps=3, aggregation="trimmed_mean", trim_fraction=0.2)), tmp_path)
+    params = FedAvgLinearParams(num_rounds=2, local_steps=3, aggregation="trimmed_mean", trim_fraction=0.2)
+    job_dir = export(build_job(KIND, params), tmp_path)
 
     job = read_exported_job(job_dir)
     server, client = job.workflow, job.executor

@@ -26,7 +26,8 @@ def _context(tmp_path: Path) -> SiteContext:
 
 
 def _task(method: str):
-    return KIND.site_task_component(PLayerFLParams(method=method, model_args=MODEL_ARGS, image_size=32, batch_size=8)).instantiate()
+    params = PLayerFLParams(method=method, model_args=MODEL_ARGS, image_size=32, batch_size=8)
+    return KIND.site_task_component(params).instantiate()
 
 
 def _initial_state() -> dict[str, torch.Tensor]:

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.federation
 
 
 def test_segmentation_job_with_client_dp_runs_and_reports_per_site(running_federation, tmp_path):
-    job_dir = export(build_job(KIND, SegmentationParams(num_rounds=2, dp_clip_norm=5.0, dp_noise_multiplier=0.001, min_clients=3, **CPU_DEMO)), tmp_path)
+    params = SegmentationParams(num_rounds=2, dp_clip_norm=5.0, dp_noise_multiplier=0.001, min_clients=3, **CPU_DEMO)
+    job_dir = export(build_job(KIND, params), tmp_path)
     session = running_federation.session()
     try:
         outcome = submit_and_wait(session, job_dir, timeout=600, progress=None)

@@ -13,7 +13,8 @@ def _metrics(mean: float) -> dict[str, float]:
 
 RESULTS = {
     "rounds": [
-        {"round": 1, "sites": {"b": {"num_samples": 2, "metrics": _metrics(0.2)}, "a": {"num_samples": 3, "metrics": _metrics(0.1)}},
+        {"round": 1, "sites": {"b": {"num_samples": 2, "metrics": _metrics(0.2)},
+                               "a": {"num_samples": 3, "metrics": _metrics(0.1)}},
          "selection": {"metric": "val_dice_mean", "value": 0.14, "model_round": 0}},
         {"round": 2, "sites": {"a": {"num_samples": 3, "metrics": _metrics(0.4)}},
          "selection": {"metric": "val_dice_mean", "value": 0.4, "model_round": 1}},

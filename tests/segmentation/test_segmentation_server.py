@@ -36,7 +36,8 @@ def test_best_model_keeps_the_highest_scoring_round_and_its_weights():
 
 
 def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
-    job_dir = export(build_job(KIND, SegmentationParams(num_rounds=2, aggregation="median", dp_clip_norm=1.0, dp_noise_multiplier=0.1, **CPU_DEMO)), tmp_path)
+    params = SegmentationParams(num_rounds=2, aggregation="median", dp_clip_norm=1.0, dp_noise_multiplier=0.1, **CPU_DEMO)
+    job_dir = export(build_job(KIND, params), tmp_path)
 
     job = read_exported_job(job_dir)
     client, server = job.client, job.server
@@ -44,7 +45,8 @@ def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
     assert job.files == JOB_FILES
     assert set(job.site_classes()) <= set(site_allow_list()) and set(job.server_classes()) <= set(server_allow_list())
     assert client["executors"][0]["tasks"] == ["*"]  # train and validate
-    assert client["executors"][0]["executor"]["args"] | {"dp_clip_norm": 1.0, "dp_noise_multiplier": 0.1} == client["executors"][0]["executor"]["args"]
+    executor_args = client["executors"][0]["executor"]["args"]
+    assert executor_args | {"dp_clip_norm": 1.0, "dp_noise_multiplier": 0.1} == executor_args
     assert server["workflows"][0]["args"]["aggregation"] == "median"
 
 

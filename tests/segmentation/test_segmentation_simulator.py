@@ -47,7 +47,8 @@ def test_job_finishes_and_validation_dice_rises(run):
     assert results["status"] == "finished"
     assert after_first["model_round"] == 1 and after_last["model_round"] == 3
     assert after_last["value"] > after_first["value"] + 0.02, (after_first, after_last)
-    print(f"validation Dice (site-weighted mean): after round 1 {after_first['value']:.3f}, after round 3 {after_last['value']:.3f}")
+    print(f"validation Dice (site-weighted mean): after round 1 {after_first['value']:.3f}, "
+          f"after round 3 {after_last['value']:.3f}")
 
 
 def test_sites_report_loss_and_dice_per_region_with_their_case_counts(run):
