@@ -34,7 +34,7 @@ from server_app.aggregation import (
     take_updates,
 )
 from server_app.metrics import WEIGHT, federation_summary
-from server_app.playerfl_split import DEFAULT_THRESHOLD, SPLIT_RULES, SplitInputs
+from server_app.playerfl_split import SPLIT_RULES, SplitInputs
 from server_app.results import RunRecorder
 
 
@@ -48,13 +48,14 @@ class PLayerFLController(ModelController):
 
     def __init__(
         self,
+        *,
         num_rounds: int,
         model: str,
-        model_args: dict | None = None,
-        method: str = "playerfl",
-        threshold: float = DEFAULT_THRESHOLD,
-        min_clients: int = 1,
-        seed: int = 0,
+        model_args: dict | None,
+        method: str,
+        threshold: float,
+        min_clients: int,
+        seed: int,
     ):
         super().__init__(persistor_id="")
         self._contract = get_method(method)

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-DEFAULT_THRESHOLD = 1.5
 THRESHOLD_GRID = (1.1, 1.25, 1.5, 2.0, 3.0, 5.0)
 
 Curve = Sequence[float] | np.ndarray
