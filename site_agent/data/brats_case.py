@@ -12,19 +12,23 @@ recipes train on. Grids are checked against the reference modality; the label is
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
-from monai.data import CacheDataset, MetaTensor
-from monai.transforms import CastToTyped, Compose, ConvertToMultiChannelBasedOnBratsClassesd, MapTransform, ResampleToMatch
+from monai.data.meta_tensor import MetaTensor
+from monai.transforms.compose import Compose
+from monai.transforms.spatial.array import ResampleToMatch
+from monai.transforms.transform import MapTransform
+from monai.transforms.utility.dictionary import CastToTyped, ConvertToMultiChannelBasedOnBratsClassesd
 
-from site_agent.data.dicom_series import DicomSeriesReader
 from fl_contract.labels import BRATS_2021, LABEL_MAPS, REGIONS, LabelMap
+from site_agent.data.dicom_series import DicomSeriesReader
 from site_agent.data.nifti import NIFTI_SUFFIXES, NiftiReader
+from site_agent.data.pipeline import SiteCacheDataset
 from site_agent.data.reader import DataError, Image, ImageReader
 
 MODALITIES = ("t1", "t1ce", "t2", "flair")
@@ -68,17 +72,28 @@ def discover_cases(
     require_labels: bool = True,
 ) -> list[BratsCase]:
     """Every sub-folder of `folder` is one case, in either layout; a case missing anything raises `DataError`."""
+    return [discover_case(case_dir, dicom_folders, require_labels) for case_dir in case_folders(folder)]
+
+
+def case_folders(folder: Path) -> list[Path]:
+    """The case folders of a site's glioma folder (every visible sub-folder), refusing a folder without any."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"{folder}: not a folder; point the site config at the folder holding one sub-folder per case")
     case_dirs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not case_dirs:
         raise DataError(f"{folder}: no case folders; expected one sub-folder per case (see docs/site-data.md)")
-    return [_discover_case(case_dir, dicom_folders, require_labels) for case_dir in case_dirs]
+    return case_dirs
 
 
-def _discover_case(case_dir: Path, dicom_folders: Mapping[str, str], require_labels: bool) -> BratsCase:
-    layouts = f"DICOM series folders {'/'.join(dicom_folders[m] for m in MODALITIES)}/ or NIfTI files *_{{{','.join(MODALITIES)}}}.nii.gz"
+def discover_case(
+    case_dir: Path, dicom_folders: Mapping[str, str] = DEFAULT_DICOM_FOLDERS, require_labels: bool = True
+) -> BratsCase:
+    """One case folder in either layout; anything missing raises a `DataError` naming the case and what it lacks."""
+    layouts = (
+        f"DICOM series folders {'/'.join(dicom_folders[m] for m in MODALITIES)}/ "
+        f"or NIfTI files *_{{{','.join(MODALITIES)}}}.nii.gz"
+    )
     images: list[Path] = []
     dicom = any((case_dir / dicom_folders[m]).is_dir() for m in MODALITIES)
     for modality in MODALITIES:
@@ -101,11 +116,14 @@ def _one_file(case_dir: Path, stem_suffix: str) -> Path | None:
     return found[0] if found else None
 
 
-def read_case(case: BratsCase, label_map: LabelMap = BRATS_2021, grid: GridPolicy = "refuse") -> tuple[Image, Image | None]:
+def read_case(
+    case: BratsCase, label_map: LabelMap | None = BRATS_2021, grid: GridPolicy = "refuse"
+) -> tuple[Image, Image | None]:
     """The (4, X, Y, Z) float32 image in `MODALITIES` order and the (1, X, Y, Z) raw label, both validated.
 
     Series off the reference grid are refused (`grid="refuse"`) or resampled onto it with MONAI
-    (`grid="resample"`, trilinear). The label must lie on the reference grid and use only `label_map` values.
+    (`grid="resample"`, trilinear). The label must lie on the reference grid and use only `label_map` values
+    (`label_map=None`: only values of some known map, for `site-agent check`, which cannot know the job's map).
     """
     if grid not in ("refuse", "resample"):
         raise ValueError(f"grid={grid!r}: use 'refuse' or 'resample'")
@@ -125,7 +143,7 @@ def read_case(case: BratsCase, label_map: LabelMap = BRATS_2021, grid: GridPolic
             image = _resample(image, reference)
         channels.append(image.array)
     stacked = Image(np.concatenate(channels, axis=0), reference.affine, reference.source.parent)
-    label = None if case.label is None else _read_label(case, reference, label_map)
+    label = None if case.label is None else _read_label(case.label, case.case_id, reference, label_map)
     return stacked, label
 
 
@@ -136,28 +154,41 @@ def _read(path: Path) -> Image:
     raise DataError(f"{path}: neither a DICOM series folder nor a NIfTI file; fix the datalist or the case folder")
 
 
-def _read_label(case: BratsCase, reference: Image, label_map: LabelMap) -> Image:
-    label = _read(case.label)
+def _read_label(path: Path, case_id: str, reference: Image, label_map: LabelMap | None) -> Image:
+    label = _read(path)
     if label.spatial_shape != reference.spatial_shape:
         raise DataError(
-            f"{case.label}: label shape {label.spatial_shape} does not match the image shape {reference.spatial_shape} "
-            f"of case {case.case_id}; the segmentation belongs to another image or was cropped"
+            f"{path}: label shape {label.spatial_shape} does not match the image shape {reference.spatial_shape} "
+            f"of case {case_id}; the segmentation belongs to another image or was cropped"
         )
     if not _same_grid(label, reference):
         raise DataError(
-            f"{case.label}: label affine {_brief(label.affine)} differs from the {REFERENCE_MODALITY} affine "
+            f"{path}: label affine {_brief(label.affine)} differs from the {REFERENCE_MODALITY} affine "
             f"{_brief(reference.affine)}; labels are never resampled, re-export the segmentation on the image grid"
         )
-    found = [int(v) if float(v).is_integer() else float(v) for v in np.unique(label.array)]
-    unknown = sorted(set(found) - label_map.values)
-    if unknown:
-        others = [m.name for m in LABEL_MAPS.values() if set(found) <= m.values and m != label_map]
-        hint = f"the values fit label_map={others[0]!r}" if others else "fix the segmentation"
+    found = label_values(label)
+    fitting = fitting_label_maps(found)
+    if label_map is None and not fitting:
+        maps = ", ".join(f"{m.name} {sorted(m.values)}" for m in LABEL_MAPS.values())
+        raise DataError(f"{path}: label values {found} fit no known label map ({maps}); fix the segmentation")
+    if label_map is not None and label_map not in fitting:
+        hint = f"the values fit label_map={fitting[0].name!r}" if fitting else "fix the segmentation"
         raise DataError(
-            f"{case.label}: label values {unknown} are not in the {label_map.name} map "
+            f"{path}: label values {sorted(set(found) - label_map.values)} are not in the {label_map.name} map "
             f"{sorted(label_map.values)} (values found: {found}); {hint}"
         )
     return label
+
+
+def label_values(label: Image) -> list[int | float]:
+    """The distinct values of a label volume, integers where they are whole."""
+    return [int(v) if float(v).is_integer() else float(v) for v in np.unique(label.array)]
+
+
+def fitting_label_maps(values: Iterable[int | float]) -> list[LabelMap]:
+    """The known label maps (`fl_contract.labels.LABEL_MAPS`) that hold every one of `values`."""
+    found = set(values)
+    return [m for m in LABEL_MAPS.values() if found <= m.values]
 
 
 def _same_grid(a: Image, b: Image) -> bool:
@@ -213,7 +244,9 @@ def read_datalist(path: Path) -> list[BratsCase]:
     try:
         entries = json.loads(path.read_text())["training"]
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise DataError(f"{path}: not a readable datalist with a 'training' list ({err!r}); regenerate it with write_datalist") from err
+        raise DataError(
+            f"{path}: not a readable datalist with a 'training' list ({err!r}); regenerate it with write_datalist"
+        ) from err
     base = path.parent
     cases = []
     for entry in entries:
@@ -245,7 +278,9 @@ def _meta_tensor(image: Image) -> MetaTensor:
     return MetaTensor(torch.from_numpy(np.ascontiguousarray(image.array)), affine=torch.from_numpy(image.affine), meta=meta)
 
 
-def brats_transforms(label_map: LabelMap = BRATS_2021, grid: GridPolicy = "refuse", extra: Sequence[Callable] = ()) -> Compose:
+def brats_transforms(
+    label_map: LabelMap = BRATS_2021, grid: GridPolicy = "refuse", extra: Sequence[Callable[..., Any]] = ()
+) -> Compose:
     """Load + validate, labels to float32 TC/WT/ET channels, then the job's own transforms (`extra`)."""
     return Compose(
         [
@@ -261,15 +296,16 @@ def brats_dataset(
     cases: Sequence[BratsCase],
     label_map: LabelMap = BRATS_2021,
     grid: GridPolicy = "refuse",
-    extra: Sequence[Callable] = (),
+    extra: Sequence[Callable[..., Any]] = (),
     cache_rate: float = 1.0,
-) -> CacheDataset:
+) -> SiteCacheDataset:
     """A MONAI dataset of {"case_id", "image": (4, X, Y, Z), "label": (3, X, Y, Z)} dicts.
 
     Reading and decoding DICOM dominates an epoch, so the deterministic prefix (everything up to the first
-    random transform in `extra`) is cached in memory for `cache_rate` of the cases (0 disables caching).
+    random transform in `extra`) is cached in memory for `cache_rate` of the cases (0 disables caching). A bad
+    case raises its `DataError`, here while caching or later when an uncached case is read.
     """
-    return CacheDataset(
+    return SiteCacheDataset(
         [case.record() for case in cases],
         transform=brats_transforms(label_map, grid, extra),
         cache_rate=cache_rate,

@@ -8,6 +8,7 @@ it matches what nibabel gives for the same image stored as NIfTI.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +20,25 @@ from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.errors import InvalidDicomError
 from pydicom.uid import ExplicitVRLittleEndian, ImplicitVRLittleEndian, MRImageStorage, generate_uid
 
-from site_agent.data.reader import DataError, Image
+from site_agent.data.reader import DataError, Image, require_finite
 
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
-_GEOMETRY_TAGS = {"ImagePositionPatient": 0x00200032, "ImageOrientationPatient": 0x00200037, "PixelSpacing": 0x00280030}
-_RESCALE_INTERCEPT, _RESCALE_SLOPE, _SERIES_INSTANCE_UID = 0x00281052, 0x00281053, 0x0020000E
+# Every header number the reader uses: keyword -> (tag, how many values, what they mean).
+_NUMBERS = {
+    "ImagePositionPatient": (0x00200032, 3, "x, y, z of the first pixel in mm"),
+    "ImageOrientationPatient": (0x00200037, 6, "row and column direction cosines"),
+    "PixelSpacing": (0x00280030, 2, "row and column spacing in mm"),
+    "RescaleSlope": (0x00281053, 1, "stored-to-real value scale"),
+    "RescaleIntercept": (0x00281052, 1, "stored-to-real value offset"),
+    "SpacingBetweenSlices": (0x00180088, 1, "slice spacing in mm"),
+    "SliceThickness": (0x00180050, 1, "slice thickness in mm"),
+    "NumberOfFrames": (0x00280008, 1, "frames in the file"),
+}
+_GEOMETRY = ("ImagePositionPatient", "ImageOrientationPatient", "PixelSpacing")
+_SERIES_INSTANCE_UID, _FRAME_OF_REFERENCE_UID = 0x0020000E, 0x00200052
+# Direction cosines are written with a few decimals; beyond this they are not unit length or not orthogonal.
+_ORIENTATION_ATOL = 1e-3
+_REEXPORT = "re-export the series from the PACS"
 # Positions are written with a few decimals; a slice gap counts as uneven beyond this fraction of the spacing.
 _SPACING_RTOL = 0.01
 _SPACING_ATOL_MM = 1e-3
@@ -105,7 +120,7 @@ def write_dicom_series(
         raise ValueError(f"expected a (X, Y, Z) uint16 volume, got {stored.shape} {stored.dtype}")
     lps = LPS_TO_RAS @ np.asarray(affine, dtype=float)
     col_step, row_step, slice_step, origin = lps[:3, 0], lps[:3, 1], lps[:3, 2], lps[:3, 3]
-    col_spacing, row_spacing = np.linalg.norm(col_step), np.linalg.norm(row_step)
+    col_spacing, row_spacing = float(np.linalg.norm(col_step)), float(np.linalg.norm(row_step))
     if abs(np.dot(col_step, row_step)) > 1e-6 * col_spacing * row_spacing:
         raise ValueError("DICOM slices need orthogonal in-plane axes: the affine's first two columns are not")
     orientation = [*(col_step / col_spacing), *(row_step / row_spacing)]
@@ -176,47 +191,89 @@ def _read_folder(folder: Path) -> dict[str, list[tuple[Path, Dataset]]]:
 
 
 class _Slice(NamedTuple):
-    """One file's header values that matter, parsed once (pydicom converts element values lazily and slowly)."""
+    """One file's header values that matter, parsed and validated once (pydicom converts element values lazily
+    and slowly)."""
 
     path: Path
     ds: Dataset
     grid: tuple[float, ...]  # Rows, Columns, ImageOrientationPatient (6), PixelSpacing (2): equal within a series
-    position: tuple[float, float, float]
+    position: tuple[float, ...]
     slope: float
     intercept: float
+    frame_of_reference: str | None
 
 
 def _parse(path: Path, ds: Dataset) -> _Slice:
-    geometry = {keyword: _decimals(ds, tag) for keyword, tag in _GEOMETRY_TAGS.items()}
+    geometry = {keyword: _numbers(path, ds, keyword) for keyword in _GEOMETRY}
     missing = [keyword for keyword, value in geometry.items() if value is None] + [t for t in ("Rows", "Columns") if t not in ds]
     if missing:
-        raise DataError(f"{path}: missing geometry tags {missing}; the series cannot be placed in space. Re-export it from the PACS")
-    if int(ds.get("NumberOfFrames") or 1) > 1 or int(ds.get("SamplesPerPixel") or 1) != 1:
+        raise DataError(f"{path}: missing geometry tags {missing}; the series cannot be placed in space: {_REEXPORT}")
+    position, orientation, spacing = (geometry[keyword] or () for keyword in _GEOMETRY)
+    (frames,) = _numbers(path, ds, "NumberOfFrames") or (1.0,)
+    if frames > 1 or int(ds.get("SamplesPerPixel") or 1) != 1:
         raise DataError(f"{path}: multi-frame or colour image; export the series as single-frame greyscale slices")
-    grid = (float(ds.Rows), float(ds.Columns), *geometry["ImageOrientationPatient"], *geometry["PixelSpacing"])
-    (slope,) = _decimals(ds, _RESCALE_SLOPE) or (1.0,)
-    (intercept,) = _decimals(ds, _RESCALE_INTERCEPT) or (0.0,)
-    return _Slice(path, ds, grid, geometry["ImagePositionPatient"], slope, intercept)
+    if min(spacing) <= 0:
+        raise DataError(f"{path}: PixelSpacing {list(spacing)} is not positive; the header is damaged, {_REEXPORT}")
+    _check_orientation(path, orientation)
+    (slope,) = _numbers(path, ds, "RescaleSlope") or (1.0,)
+    (intercept,) = _numbers(path, ds, "RescaleIntercept") or (0.0,)
+    if slope == 0:
+        raise DataError(f"{path}: RescaleSlope is 0, which would make every value {intercept:g}; the header is damaged, "
+                        f"{_REEXPORT}")
+    grid = (float(ds.Rows), float(ds.Columns), *orientation, *spacing)
+    return _Slice(path, ds, grid, position, slope, intercept, _text(ds, _FRAME_OF_REFERENCE_UID))
 
 
-def _decimals(ds: Dataset, tag: int) -> tuple[float, ...] | None:
-    """The numbers of a DS (decimal string) element, or None if absent or empty.
+def _check_orientation(path: Path, orientation: tuple[float, ...]) -> None:
+    """Unit-length, orthogonal row and column directions: otherwise voxel sizes or the slice normal come out wrong."""
+    row, col = np.asarray(orientation[:3]), np.asarray(orientation[3:])
+    lengths = np.linalg.norm(row), np.linalg.norm(col)
+    if max(abs(length - 1.0) for length in lengths) > _ORIENTATION_ATOL:
+        raise DataError(
+            f"{path}: ImageOrientationPatient {list(orientation)} holds direction vectors of length "
+            f"{lengths[0]:.4g} and {lengths[1]:.4g}, not 1; the header is damaged, {_REEXPORT}"
+        )
+    if abs(float(np.dot(row, col))) > _ORIENTATION_ATOL:
+        raise DataError(
+            f"{path}: ImageOrientationPatient {list(orientation)} has row and column directions that are not "
+            f"perpendicular (cosine {float(np.dot(row, col)):.4g}); the header is damaged, {_REEXPORT}"
+        )
+
+
+def _numbers(path: Path, ds: Dataset, keyword: str) -> tuple[float, ...] | None:
+    """The finite numbers of a DS/IS element in `_NUMBERS`, or None if absent or empty; a `DataError` naming the
+    file and tag if they do not parse, are not finite, or are too few or too many.
 
     Parses the raw bytes when pydicom has not converted them yet: 8x faster than its DSfloat conversion, which
     otherwise dominates the header cost of a series read (see bench/README.md).
     """
+    tag, count, meaning = _NUMBERS[keyword]
     if tag not in ds:
         return None
     value = ds.get_item(tag).value
     if isinstance(value, bytes):
-        value = value.split(b"\\") if value.strip(b" \x00") else None
+        parts = [part.strip(b" \x00").decode("ascii", "replace") for part in value.split(b"\\")]
     elif isinstance(value, (str, float, int)):
-        value = [value] if str(value).strip() else None
-    return tuple(float(v) for v in value) if value else None
+        parts = [str(value).strip()]
+    else:
+        parts = [str(v).strip() for v in value or ()]
+    if not any(parts):
+        return None
+    try:
+        numbers = tuple(float(part) for part in parts)
+    except ValueError:
+        numbers = ()
+    if not numbers or not all(np.isfinite(numbers)):
+        raise DataError(f"{path}: {keyword} {'/'.join(parts)!r} is not {count} finite number(s) ({meaning}); {_REEXPORT}")
+    if len(numbers) != count:
+        raise DataError(
+            f"{path}: {keyword} holds {len(numbers)} value(s) {list(numbers)}, expected {count} ({meaning}); {_REEXPORT}"
+        )
+    return numbers
 
 
 def _text(ds: Dataset, tag: int) -> str | None:
-    """A string element's value, read from the raw bytes like `_decimals`."""
+    """A string element's value, read from the raw bytes like `_numbers`."""
     if tag not in ds:
         return None
     value = ds.get_item(tag).value
@@ -225,8 +282,10 @@ def _text(ds: Dataset, tag: int) -> str | None:
 
 
 def _sorted_along_normal(folder: Path, files: list[tuple[Path, Dataset]]) -> list[_Slice]:
-    """Check one grid for all slices, then order them by position along the normal and check the spacing."""
+    """Check one frame of reference and one grid for all slices, then order them by position along the normal and
+    check the spacing."""
     slices = [_parse(path, ds) for path, ds in files]
+    _check_one_frame_of_reference(slices)
     grids = np.array([s.grid for s in slices])
     differs = np.abs(grids - grids[0]) > 1e-4
     if differs.any():
@@ -261,6 +320,19 @@ def _sorted_along_normal(folder: Path, files: list[tuple[Path, Dataset]]) -> lis
     return ordered
 
 
+def _check_one_frame_of_reference(slices: list[_Slice]) -> None:
+    """Positions on different frames of reference are not comparable, so such slices cannot be stacked."""
+    frames = Counter(s.frame_of_reference for s in slices)
+    if len(frames) > 1:
+        usual = frames.most_common(1)[0][0]
+        odd = next(s for s in slices if s.frame_of_reference != usual)
+        raise DataError(
+            f"{odd.path}: FrameOfReferenceUID {odd.frame_of_reference} differs from the series' {usual} "
+            f"({frames[usual]} of {len(slices)} files); its positions are not comparable with the others'. "
+            f"Remove the file or {_REEXPORT}"
+        )
+
+
 def _stack(folder: Path, ordered: list[_Slice]) -> Image:
     rows, cols = int(ordered[0].grid[0]), int(ordered[0].grid[1])
     buffer = np.empty((len(ordered), rows, cols), dtype=np.float32)
@@ -270,14 +342,16 @@ def _stack(folder: Path, ordered: list[_Slice]) -> Image:
         except Exception as err:  # pydicom raises RuntimeError/ValueError/NotImplementedError by decoder
             raise _decode_error(item.path, item.ds, err) from err
         if pixels.shape != (rows, cols):
-            raise DataError(f"{item.path}: pixel data of shape {pixels.shape}, expected ({rows}, {cols}); the file is damaged, re-export it")
+            raise DataError(
+                f"{item.path}: pixel data of shape {pixels.shape}, expected ({rows}, {cols}); the file is damaged, re-export it"
+            )
         out = buffer[k]
         out[...] = pixels  # cast, then scale in place: faster than one mixed-type multiply
         if item.slope != 1.0:
             out *= np.float32(item.slope)
         if item.intercept != 0.0:
             out += np.float32(item.intercept)
-    return Image(buffer.transpose(2, 1, 0)[None], _affine(ordered), folder)
+    return require_finite(Image(buffer.transpose(2, 1, 0)[None], _affine(ordered), folder), _REEXPORT)
 
 
 def _pixels(ds: Dataset, rows: int, cols: int) -> np.ndarray:
@@ -316,7 +390,11 @@ def _affine(ordered: Sequence[_Slice]) -> np.ndarray:
     if len(ordered) > 1:
         slice_step = (np.asarray(ordered[-1].position) - origin) / (len(ordered) - 1)
     else:
-        thickness = float(first.ds.get("SpacingBetweenSlices") or first.ds.get("SliceThickness") or 1.0)
+        (thickness,) = (
+            _numbers(first.path, first.ds, "SpacingBetweenSlices") or _numbers(first.path, first.ds, "SliceThickness") or (1.0,)
+        )
+        if thickness <= 0:
+            raise DataError(f"{first.path}: slice spacing {thickness:g} mm is not positive; {_REEXPORT}")
         slice_step = np.cross(row_dir, col_dir) * thickness
     lps = np.eye(4)
     lps[:3, 0] = row_dir * col_spacing

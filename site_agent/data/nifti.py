@@ -8,9 +8,10 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from site_agent.data.reader import DataError, Image
+from site_agent.data.reader import DataError, Image, require_finite
 
 NIFTI_SUFFIXES = (".nii.gz", ".nii")
+_MIN_VOXEL_VOLUME_MM3 = 1e-9
 
 
 def is_nifti(path: Path) -> bool:
@@ -24,6 +25,8 @@ def read_nifti(path: Path) -> Image:
         raise DataError(f"{path}: file not found; check the case folder and the file naming")
     try:
         img = nib.load(path)
+        if not isinstance(img, nib.Nifti1Image):  # Nifti2Image is one too
+            raise TypeError(f"a {type(img).__name__}, not a NIfTI-1/2 image")
         array = np.asarray(img.dataobj, dtype=np.float32)
     except Exception as err:  # nibabel raises ImageFileError, EOFError, zlib/gzip errors for damaged files
         raise DataError(f"{path}: not a readable NIfTI file ({err}); replace it with a valid .nii/.nii.gz") from err
@@ -31,16 +34,23 @@ def read_nifti(path: Path) -> Image:
         array = array[..., 0]
     if array.ndim != 3:
         raise DataError(f"{path}: a {array.ndim}-D image of shape {array.shape}; expected one 3-D volume per file")
-    return Image(array[None], np.asarray(img.affine, dtype=float), path)
+    affine = np.asarray(img.affine, dtype=np.float64)
+    if not np.isfinite(affine).all() or abs(np.linalg.det(affine[:3, :3])) < _MIN_VOXEL_VOLUME_MM3:
+        raise DataError(
+            f"{path}: the header's voxel-to-world affine {affine[:3].tolist()} is not finite or has a zero voxel size; "
+            "fix the header (pixdim, sform/qform) or re-export the volume"
+        )
+    return require_finite(Image(array[None], affine, path), "re-export the volume (NaN or infinite values often come "
+                          "from a failed registration or bias-field correction) or replace them before use")
 
 
 def write_nifti(path: Path, array: np.ndarray, affine: np.ndarray) -> Path:
     """Write a (X, Y, Z) volume with its RAS affine; integer arrays (labels) keep their integer type."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    img = nib.Nifti1Image(array, np.asarray(affine, dtype=float))
-    img.set_qform(img.affine, code=1)
-    img.set_sform(img.affine, code=1)
+    img = nib.Nifti1Image(array, np.asarray(affine, dtype=np.float64))  # type: ignore[no-untyped-call]
+    img.set_qform(img.affine, code=1)  # type: ignore[no-untyped-call]
+    img.set_sform(img.affine, code=1)  # type: ignore[no-untyped-call]
     nib.save(img, path)
     return path
 

@@ -1,16 +1,17 @@
 """What every data kind's MONAI pipeline shares: a site's `DataError` surfaces instead of MONAI's wrapper.
 
 MONAI re-raises any error inside a transform as `RuntimeError("applying transform ...")`; the site's IT needs the
-`DataError` underneath, which names the file or case and says what to do.
+`DataError` underneath, which names the file or case and says what to do. Both datasets below surface it wherever
+a transform runs: when an item is read, and (`SiteCacheDataset`) when the cache is filled up front.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from monai.data import Dataset
+from monai.data.dataset import CacheDataset, Dataset
 
 from site_agent.data.reader import DataError
 
@@ -32,6 +33,19 @@ def surface_data_errors() -> Iterator[None]:
 class SiteDataset(Dataset):
     """A MONAI `Dataset` read lazily, whose items raise the site's `DataError` rather than MONAI's wrapper."""
 
-    def _transform(self, index: int) -> Any:
+    def __getitem__(self, index: Any) -> Any:
         with surface_data_errors():
-            return super()._transform(index)
+            return super().__getitem__(index)
+
+
+class SiteCacheDataset(CacheDataset):
+    """A MONAI `CacheDataset` that raises the site's `DataError` rather than MONAI's wrapper, both while filling
+    its cache (at construction) and when an item beyond the cached fraction is read (`cache_rate` < 1)."""
+
+    def set_data(self, data: Sequence[Any]) -> None:
+        with surface_data_errors():
+            super().set_data(data)
+
+    def __getitem__(self, index: Any) -> Any:
+        with surface_data_errors():
+            return super().__getitem__(index)

@@ -1,4 +1,5 @@
-"""The one reader interface shared by the DICOM, NIfTI and ISIC readers, and the one data error type.
+"""The one reader interface shared by the DICOM, NIfTI and ISIC readers, the one data error type, and the checks
+every decoded image passes.
 
 Every reader turns one path (a DICOM series folder, a NIfTI file, a photo) into an `Image`: a float32,
 channel-first array plus the voxel-to-world affine, so that callers never branch on the file format.
@@ -41,3 +42,16 @@ class ImageReader(Protocol):
     def can_read(self, path: Path) -> bool: ...
 
     def read(self, path: Path) -> Image: ...
+
+
+def require_finite(image: Image, fix: str) -> Image:
+    """`image` itself if every value is finite: a NaN or infinite voxel would otherwise poison training silently.
+    `fix` says what to do about it, for the message."""
+    finite = np.isfinite(image.array)
+    if not finite.all():
+        nan = int(np.isnan(image.array).sum())
+        raise DataError(
+            f"{image.source}: {finite.size - int(finite.sum())} of {finite.size} values are not finite "
+            f"({nan} NaN, {finite.size - int(finite.sum()) - nan} infinite); {fix}"
+        )
+    return image

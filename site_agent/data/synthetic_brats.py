@@ -16,9 +16,9 @@ from typing import Literal
 import numpy as np
 from pydicom.uid import generate_uid
 
+from fl_contract.labels import BRATS_2021, LabelMap
 from site_agent.data.brats_case import DEFAULT_DICOM_FOLDERS, MODALITIES, BratsCase, discover_cases, write_datalist
 from site_agent.data.dicom_series import SeriesIds, write_dicom_series
-from fl_contract.labels import BRATS_2021, LabelMap
 from site_agent.data.nifti import write_nifti
 
 DATALIST_NAME = "datalist.json"

@@ -77,7 +77,8 @@ def _lesion(diagnosis: str, size: int, tint: np.ndarray, rng: np.random.Generato
     y, x = y - rng.uniform(-0.08, 0.08), x - rng.uniform(-0.08, 0.08)
     angle, radius = np.arctan2(y, x), np.hypot(x, y)
     phases = rng.uniform(0, 2 * np.pi, 3)
-    border = 0.28 * rng.uniform(0.85, 1.15) * (1 + irregularity * 0.25 * sum(np.sin(k * angle + p) for k, p in zip((3, 5, 7), phases)))
+    wobble = sum(np.sin(k * angle + p) for k, p in zip((3, 5, 7), phases))
+    border = 0.28 * rng.uniform(0.85, 1.15) * (1 + irregularity * 0.25 * wobble)
     inside = radius < border
     texture = 0.5 + 0.5 * np.sin(2 * np.pi * frequency * size / 16 * (x + y) + phases[0]) if frequency else np.full_like(x, 0.5)
     skin = np.array([215.0, 170.0, 145.0]) + tint

@@ -12,19 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from monai.data import CacheDataset, DataLoader
-from monai.transforms import (
-    NormalizeIntensityd,
-    RandFlipd,
-    RandScaleIntensityd,
-    RandShiftIntensityd,
-    RandSpatialCropd,
-    SpatialPadd,
-)
+from monai.data.dataloader import DataLoader
+from monai.transforms.croppad.dictionary import RandSpatialCropd, SpatialPadd
+from monai.transforms.intensity.dictionary import NormalizeIntensityd, RandScaleIntensityd, RandShiftIntensityd
+from monai.transforms.spatial.dictionary import RandFlipd
+from monai.transforms.transform import MapTransform
 
 from fl_contract.labels import LABEL_MAPS
 from site_agent.data.brats_case import BratsCase, GridPolicy, brats_dataset, discover_cases
-from site_agent.data.pipeline import surface_data_errors
+from site_agent.data.pipeline import SiteCacheDataset
 from site_agent.data.split import split_records
 
 KEYS = ("image", "label")
@@ -42,7 +38,7 @@ def normalise() -> NormalizeIntensityd:
     return NormalizeIntensityd(keys="image", nonzero=True, channel_wise=True)
 
 
-def train_augmentation(roi_size: Sequence[int]) -> list:
+def train_augmentation(roi_size: Sequence[int]) -> list[MapTransform]:
     """ROI crop (padding smaller volumes), flips on each axis, intensity scale and shift: MONAI's BraTS recipe."""
     return [
         SpatialPadd(keys=KEYS, spatial_size=list(roi_size)),
@@ -60,8 +56,8 @@ class SiteData:
     """The site's cached datasets; built once per job, reused every round."""
 
     split: SiteSplit
-    train: CacheDataset
-    val: CacheDataset
+    train: SiteCacheDataset
+    val: SiteCacheDataset
 
     def train_loader(self, batch_size: int, seed: int) -> DataLoader:
         """Shuffled batches whose order and augmentation depend only on `seed`."""
@@ -82,7 +78,8 @@ def load_site_data(
     cache_rate: float = 1.0,
     seed: int = 0,
 ) -> SiteData:
-    """Discover, split and (for `cache_rate` of the cases) read and validate the site's cases up front."""
+    """Discover, split and (for `cache_rate` of the cases) read and validate the site's cases up front; a bad case
+    raises its `DataError`, here or (beyond `cache_rate`) when a loader reaches it."""
     if label_map not in LABEL_MAPS:
         raise ValueError(f"label_map={label_map!r}: use one of {sorted(LABEL_MAPS)}")
     if not 0.0 < val_fraction < 1.0:
@@ -90,7 +87,6 @@ def load_site_data(
     fractions = {"train": 1.0 - val_fraction, "val": val_fraction}
     split = SiteSplit(**split_records(discover_cases(Path(folder)), fractions, seed, folder))
     labels = LABEL_MAPS[label_map]
-    with surface_data_errors():
-        train = brats_dataset(split.train, labels, grid, [normalise(), *train_augmentation(roi_size)], cache_rate)
-        val = brats_dataset(split.val, labels, grid, [normalise()], cache_rate)
+    train = brats_dataset(split.train, labels, grid, [normalise(), *train_augmentation(roi_size)], cache_rate)
+    val = brats_dataset(split.val, labels, grid, [normalise()], cache_rate)
     return SiteData(split, train, val)

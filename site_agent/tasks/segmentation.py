@@ -23,7 +23,8 @@ from torch import nn
 
 from fl_contract.models import build_model, load_numpy_params, state_dict_to_numpy
 from fl_contract.segmentation import DP_NOISE_STD, MODEL, TRAIN_LOSS, VAL_CASES
-from site_agent.segmentation.data import SiteData, load_site_data, surface_data_errors
+from site_agent.data.pipeline import surface_data_errors
+from site_agent.segmentation.data import SiteData, load_site_data
 from site_agent.segmentation.dp import noise_std, privatise_update
 from site_agent.segmentation.training import precision, train_epochs, validate
 from site_agent.tasks.executor import SiteContext, TaskExecutor

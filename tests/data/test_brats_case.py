@@ -6,18 +6,21 @@ import json
 import shutil
 from pathlib import Path
 
+import nibabel as nib
 import numpy as np
 import pytest
 
+from fl_contract.labels import BRATS_2021, BRATS_2023
 from site_agent.data.brats_case import (
     MODALITIES,
     brats_dataset,
     discover_cases,
+    fitting_label_maps,
+    label_values,
     read_case,
     read_datalist,
     write_datalist,
 )
-from fl_contract.labels import BRATS_2021, BRATS_2023
 from site_agent.data.nifti import read_nifti, write_nifti
 from site_agent.data.reader import DataError
 from site_agent.data.synthetic_brats import synthetic_case, write_brats_site
@@ -242,3 +245,87 @@ def test_empty_site_folder_is_refused(tmp_path):
 
     # Assert
     assert str(tmp_path) in str(error.value) and "one sub-folder per case" in str(error.value)
+
+
+def _poison(path: Path, value: float) -> None:
+    """Overwrite one voxel of a NIfTI modality with `value` (NaN or infinite, as a failed preprocessing leaves)."""
+    image = read_nifti(path)
+    array = image.array[0].copy()
+    array[3, 4, 5] = value
+    write_nifti(path, array, image.affine)
+
+
+@pytest.mark.parametrize(("value", "counts"), [(np.nan, "1 NaN, 0 infinite"), (np.inf, "0 NaN, 1 infinite")])
+def test_nan_or_infinite_voxels_in_a_nifti_modality_are_refused(tmp_path, value, counts):
+    # Prepare
+    site = _site(tmp_path, "nifti")
+    path = site / "Site1_000" / "Site1_000_t2.nii.gz"
+    _poison(path, value)
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        read_case(discover_cases(site)[0])
+
+    # Assert
+    message = str(error.value)
+    assert message.startswith(str(path)) and f"1 of {np.prod(SHAPE)} values are not finite ({counts})" in message
+    assert "re-export" in message
+
+
+def test_a_nifti_header_with_a_zero_voxel_size_is_refused(tmp_path):
+    # Prepare
+    site = _site(tmp_path, "nifti")
+    path = site / "Site1_000" / "Site1_000_flair.nii.gz"
+    stored = nib.load(path)
+    flat = stored.affine.copy()
+    flat[:, 2] = 0.0  # an sform whose third voxel axis has length 0, and no qform to fall back on
+    header = stored.header.copy()
+    header.set_sform(flat, code=1)
+    header.set_qform(None, code=0)
+    nib.save(nib.Nifti1Image(np.asarray(stored.dataobj), None, header), path)
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        read_nifti(path)
+
+    # Assert
+    assert str(path) in str(error.value) and "zero voxel size" in str(error.value)
+
+
+@pytest.mark.parametrize("cache_rate", [1.0, 0.5, 0.0], ids=["cached up front", "half cached", "read lazily"])
+def test_a_bad_case_reached_through_the_dataset_raises_the_data_error_itself(tmp_path, cache_rate):
+    # Prepare: the second case (beyond the cached half) has a NaN voxel
+    site = _site(tmp_path, "nifti", n_cases=2)
+    path = site / "Site1_001" / "Site1_001_flair.nii.gz"
+    _poison(path, np.nan)
+    cases = discover_cases(site)
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        dataset = brats_dataset(cases, cache_rate=cache_rate)
+        dataset[0]
+        dataset[1]
+
+    # Assert
+    message = str(error.value)
+    assert type(error.value) is DataError and message.startswith(str(path)) and "not finite" in message
+    assert "applying transform" not in message and " object at 0x" not in message
+
+
+def test_label_map_none_accepts_any_known_map_and_refuses_the_rest(tmp_path):
+    # Prepare
+    site = _site(tmp_path, "nifti", label_map=BRATS_2023)
+    (case,) = discover_cases(site)
+    label = read_nifti(case.label)
+    mixed = label.array[0].astype(np.uint8)
+    mixed[0, 0, 0] = 4  # 3 and 4 together fit neither map
+
+    # Execute
+    _, fits = read_case(case, label_map=None)
+    write_nifti(case.label, mixed, label.affine)
+    with pytest.raises(DataError) as error:
+        read_case(case, label_map=None)
+
+    # Assert
+    assert fits is not None and [m.name for m in fitting_label_maps(label_values(fits))] == ["brats2023"]
+    assert str(case.label) in str(error.value) and "[0, 1, 2, 3, 4] fit no known label map" in str(error.value)

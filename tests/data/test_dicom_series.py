@@ -9,6 +9,9 @@ import numpy as np
 import pydicom
 import pytest
 from pydicom.data import get_testdata_file
+from pydicom.datadict import dictionary_VR
+from pydicom.dataelem import RawDataElement
+from pydicom.tag import Tag
 
 from site_agent.data import dicom_series
 from site_agent.data.dicom_series import DicomSeriesReader, SeriesIds, read_dicom_series, series_files, write_dicom_series
@@ -175,7 +178,9 @@ def test_missing_geometry_is_named(tmp_path):
 
 @pytest.mark.filterwarnings("ignore:The pixel data is .* excess padding")
 @pytest.mark.parametrize(
-    "name", ["MR_small.dcm", "MR_small_padded.dcm", "MR_small_RLE.dcm", "MR_small_bigendian.dcm", "MR_small_implicit.dcm", "MR_small_expb.dcm", "CT_small.dcm"]
+    "name",
+    ["MR_small.dcm", "MR_small_padded.dcm", "MR_small_RLE.dcm", "MR_small_bigendian.dcm", "MR_small_implicit.dcm",
+     "MR_small_expb.dcm", "CT_small.dcm"],
 )
 def test_real_files_read_to_pydicom_values(tmp_path, name):
     # Prepare
@@ -222,7 +227,7 @@ def test_compressed_without_decoder_names_the_packages(tmp_path):
     # Prepare
     path = _copy_test_file("MR_small_jpeg_ls_lossless.dcm", tmp_path / "series")
     try:
-        pydicom.dcmread(path).pixel_array
+        _ = pydicom.dcmread(path).pixel_array
         pytest.skip("a JPEG-LS decoder is installed here")
     except RuntimeError:
         pass
@@ -245,3 +250,88 @@ def test_reader_interface(tmp_path):
     assert isinstance(reader, ImageReader)
     assert reader.can_read(tmp_path / "series") and not reader.can_read(tmp_path / "series" / "IM0001.dcm")
     assert reader.read(tmp_path / "series").spatial_shape == (6, 5, 8)
+
+
+def _edit(paths: list[Path], **values: str) -> None:
+    """Write header values as the raw text a hospital's export may hold (values separated by backslashes), past
+    pydicom's value checks."""
+    for path in paths:
+        ds = pydicom.dcmread(path)
+        for keyword, text in values.items():
+            tag = Tag(keyword)
+            raw = text.encode("ascii") + b" " * (len(text) % 2)
+            ds[tag] = RawDataElement(tag, dictionary_VR(tag), len(raw), raw, 0, False, True)
+        ds.save_as(path)
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value", "expected"),
+    [
+        ("RescaleSlope", "abc", "RescaleSlope 'abc' is not 1 finite number"),
+        ("RescaleIntercept", "n/a", "RescaleIntercept 'n/a' is not 1 finite number"),
+        ("RescaleSlope", "NaN", "RescaleSlope 'NaN' is not 1 finite number"),
+        ("RescaleSlope", "0", "RescaleSlope is 0"),
+        ("PixelSpacing", "abc\\0.9", "PixelSpacing 'abc/0.9' is not 2 finite number"),
+        ("PixelSpacing", "0.9", "PixelSpacing holds 1 value(s) [0.9], expected 2"),
+        ("PixelSpacing", "0\\0.9", "PixelSpacing [0.0, 0.9] is not positive"),
+        ("PixelSpacing", "-0.9\\0.9", "PixelSpacing [-0.9, 0.9] is not positive"),
+        ("ImageOrientationPatient", "2\\0\\0\\0\\2\\0", "length 2 and 2, not 1"),
+        ("ImageOrientationPatient", "1\\0\\0\\1\\0\\0", "not perpendicular"),
+        ("ImagePositionPatient", "1\\2", "ImagePositionPatient holds 2 value(s) [1.0, 2.0], expected 3"),
+    ],
+)
+@pytest.mark.parametrize("where", ["every slice", "one slice"])
+def test_bad_header_values_name_the_file_the_tag_and_the_fix(tmp_path, keyword, value, expected, where):
+    # Prepare
+    paths = _write(tmp_path / "series", _volume())
+    bad = paths if where == "every slice" else paths[3:4]
+    _edit(bad, **{keyword: value})
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        read_dicom_series(tmp_path / "series")
+
+    # Assert
+    message = str(error.value)
+    assert message.startswith(str(bad[0])) and expected in message and "re-export" in message
+    assert "duplicate" not in message
+
+
+def test_orientation_written_with_few_decimals_is_accepted(tmp_path):
+    # Prepare: cosines of a 45-degree rotation truncated to 4 decimals, as some exporters write them
+    paths = _write(tmp_path / "series", _volume(), affine=np.diag([-1.0, -1.0, 1.0, 1.0]))
+    _edit(paths, ImageOrientationPatient="0.7071\\0.7071\\0\\-0.7071\\0.7071\\0")
+
+    # Execute
+    image = read_dicom_series(tmp_path / "series")
+
+    # Assert
+    assert image.spatial_shape == (6, 5, 8)
+
+
+def test_a_slice_on_another_frame_of_reference_is_named(tmp_path):
+    # Prepare
+    paths = _write(tmp_path / "series", _volume())
+    _edit(paths[5:6], FrameOfReferenceUID="1.2.3.999")
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        read_dicom_series(tmp_path / "series")
+
+    # Assert
+    message = str(error.value)
+    assert message.startswith(str(paths[5])) and "FrameOfReferenceUID 1.2.3.999 differs from the series' 1.2.3.200" in message
+    assert "7 of 8 files" in message
+
+
+def test_single_slice_series_needs_a_positive_slice_spacing(tmp_path):
+    # Prepare
+    [path] = _write(tmp_path / "series", _volume((6, 5, 1)))
+    _edit([path], SpacingBetweenSlices="0")
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        read_dicom_series(tmp_path / "series")
+
+    # Assert
+    assert str(path) in str(error.value) and "slice spacing 0 mm is not positive" in str(error.value)

@@ -239,7 +239,10 @@ def test_flamby_centres(lesion_id, source, centre):
     assert flamby_center(lesion_id, source) == centre
 
 
-@pytest.mark.parametrize(("lesion_id", "source", "expected"), [(None, None, "no lesion_id"), ("HAM_1", None, "HAM10000"), ("XYZ_1", None, "unknown prefix")])
+@pytest.mark.parametrize(
+    ("lesion_id", "source", "expected"),
+    [(None, None, "no lesion_id"), ("HAM_1", None, "HAM10000"), ("XYZ_1", None, "unknown prefix")],
+)
 def test_flamby_centre_errors(lesion_id, source, expected):
     with pytest.raises(DataError, match=expected):
         flamby_center(lesion_id, source)

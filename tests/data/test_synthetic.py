@@ -17,7 +17,8 @@ from site_agent.data.synthetic_isic import site_class_proportions, write_isic_si
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    files = (p for p in sorted(folder.rglob("*")) if p.is_file())
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
 def test_brats_site_is_deterministic_by_seed(tmp_path):
@@ -63,7 +64,8 @@ def test_isic_sites_are_deterministic_and_label_skewed(tmp_path):
     write_isic_site(tmp_path / "a", 1, 3, 30, size=24, seed=4)
     write_isic_site(tmp_path / "b", 1, 3, 30, size=24, seed=4)
     proportions = site_class_proportions(3, 4, alpha=0.3, seed=4)
-    counts = [np.bincount([r.label for r in read_isic_site(write_isic_site(tmp_path / f"s{s}", s, 3, 60, alpha=0.3, size=24, seed=4), PLAYERFL_CLASSES)], minlength=4) for s in (1, 2, 3)]
+    sites = [write_isic_site(tmp_path / f"s{s}", s, 3, 60, alpha=0.3, size=24, seed=4) for s in (1, 2, 3)]
+    counts = [np.bincount([r.label for r in read_isic_site(site, PLAYERFL_CLASSES)], minlength=4) for site in sites]
 
     # Assert
     assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
@@ -81,7 +83,8 @@ def _cli(argv: list[str]) -> int:
 
 def test_cli_writes_brats_and_isic_sites(tmp_path, capsys):
     # Execute
-    brats_rc = _cli(["demo-data", "brats", "--site-index", "1", "--out", str(tmp_path / "mri"), "--cases", "2", "--size", "16", "--layout", "nifti", "--label-map", "brats2023"])
+    brats_rc = _cli(["demo-data", "brats", "--site-index", "1", "--out", str(tmp_path / "mri"), "--cases", "2", "--size", "16",
+                     "--layout", "nifti", "--label-map", "brats2023"])
     isic_rc = _cli(["demo-data", "isic", "--site-index", "2", "--out", str(tmp_path / "derm"), "--images", "12", "--size", "24"])
 
     # Assert
