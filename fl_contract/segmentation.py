@@ -14,4 +14,6 @@ DP_NOISE_STD = "dp_noise_std"
 
 def min_roi_divisor(blocks_down: Sequence[int]) -> int:
     """ROI sides must be multiples of this: SegResNet halves the volume once per level after the first."""
-    return 2 ** (len(blocks_down) - 1)
+    if not blocks_down:
+        raise ValueError("SegResNet needs at least one encoder level; blocks_down is empty")
+    return 1 << (len(blocks_down) - 1)

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nvflare.fuel.flare_api.flare_api import Session
 
@@ -16,7 +17,7 @@ COMPLETED = "FINISHED:COMPLETED"
 class JobOutcome:
     job_id: str
     status: str
-    meta: dict
+    meta: dict[str, Any]
     result_dir: Path | None
 
     @property

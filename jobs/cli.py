@@ -34,7 +34,10 @@ def _admin_username(kit: Path) -> str:
     config = kit / "startup" / "fed_admin.json"
     if not config.is_file():
         raise SystemExit(f"{config}: not found; --admin-kit must be an admin's startup kit folder")
-    return json.loads(config.read_text())["admin"]["username"]
+    username = json.loads(config.read_text())["admin"]["username"]
+    if not isinstance(username, str):
+        raise SystemExit(f"{config}: admin.username is {username!r}, not a name; is this an admin's startup kit?")
+    return username
 
 
 def _submit(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ import json
 import typing
 from typing import Any
 
-from jobs.spec import JobKind, JobParams, ParameterError, default_of
+from jobs.spec import JobKind, JobParams, P, ParameterError, default_of
 
 
 def add_parameter_options(parser: argparse.ArgumentParser, params: type[JobParams]) -> None:
@@ -33,7 +33,7 @@ def add_parameter_options(parser: argparse.ArgumentParser, params: type[JobParam
         parser.add_argument(flag, **options)
 
 
-def params_from_args(kind: JobKind[Any], args: argparse.Namespace, parser: argparse.ArgumentParser) -> JobParams:
+def params_from_args(kind: JobKind[P], args: argparse.Namespace, parser: argparse.ArgumentParser) -> P:
     """The kind's parameters from parsed options; a value the kind refuses ends the command with its reason."""
     names = {f.name for f in dataclasses.fields(kind.params)}
     values = {}

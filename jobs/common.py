@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from nvflare.job_config.api import FedJob
 
@@ -46,7 +46,7 @@ def export(job: FedJob, out_dir: Path) -> Path:
     """
     out_dir = Path(out_dir)
     job.export_job(str(out_dir))
-    job_dir = out_dir / job.name
+    job_dir = out_dir / cast(str, job.name)  # FLARE is untyped; a FedJob's name is a str
     shipped = sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("custom") if p.is_dir())
     if shipped:
         raise RuntimeError(f"job {job.name} would ship code in {shipped}; sites refuse such jobs")

@@ -16,11 +16,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import psutil
 import yaml
 
 from provisioning.provision import Federation
+
+if TYPE_CHECKING:
+    from nvflare.fuel.flare_api.flare_api import Session
 
 SERVER_MODULE = "nvflare.private.fed.app.server.server_train"
 CLIENT_MODULE = "nvflare.private.fed.app.client.client_train"
@@ -30,14 +34,14 @@ def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now (for loopback federations in tests and the demo)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return cast(int, sock.getsockname()[1])  # an AF_INET address is (host, port)
 
 
 @dataclass
 class Participant:
     name: str
     kit: Path
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     log_path: Path
 
 
@@ -75,7 +79,7 @@ class LoopbackFederation:
         """Start a site from its kit (another kit may be given, e.g. to test a foreign certificate)."""
         return self._start(name, kit or self.federation.kit(name), CLIENT_MODULE, "fed_client.json", [f"uid={name}"])
 
-    def session(self, admin: str, timeout: float = 30.0):
+    def session(self, admin: str, timeout: float = 30.0) -> Session:
         from nvflare.fuel.flare_api.flare_api import new_secure_session
 
         return new_secure_session(admin, str(self.federation.kit(admin)), timeout=timeout)

@@ -7,6 +7,7 @@ order, which is the layer order PLayer-FL's prefix/suffix split relies on (see `
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from monai.networks.nets import ResNet
 from torch import Tensor, nn
@@ -39,7 +40,7 @@ class CNN5(nn.Module):
                                         nn.Linear(hidden, num_classes))
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.classifier(self.features(x))
+        return cast(Tensor, self.classifier(self.features(x)))  # nn.Module calls are typed Any
 
 
 def cnn5(in_size: int = 200, in_channels: int = 3, num_classes: int = 4, channels: Sequence[int] = CNN5_CHANNELS,
@@ -49,5 +50,5 @@ def cnn5(in_size: int = 200, in_channels: int = 3, num_classes: int = 4, channel
 
 def resnet10(in_channels: int = 3, num_classes: int = 4, width: int = 64) -> nn.Module:
     """MONAI's 2-D ResNet-10 (basic blocks, batch norm); `width` scales the four stages (width, 2w, 4w, 8w)."""
-    return ResNet(block="basic", layers=(1, 1, 1, 1), block_inplanes=[width, 2 * width, 4 * width, 8 * width],
+    return ResNet(block="basic", layers=[1, 1, 1, 1], block_inplanes=[width, 2 * width, 4 * width, 8 * width],
                   spatial_dims=2, n_input_channels=in_channels, num_classes=num_classes)

@@ -16,8 +16,9 @@ from pathlib import Path
 import torch
 from diffusers import AutoencoderDC
 
+from fl_contract.classes import TRAINING_CLASSES
 from fl_contract.models.dcae import build_tiny_dcae, save_autoencoder, to_autoencoder_range
-from site_agent.data.isic import TRAINING_CLASSES, read_isic_site
+from site_agent.data.isic import read_isic_site
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt.site_data import read_images
 from site_agent.fedkt.stats import encode_latents

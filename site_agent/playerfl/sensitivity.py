@@ -7,8 +7,9 @@ the gradient of the mean training loss; the model's weights, gradients and runni
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,11 +26,11 @@ class SensitivityCurve:
     importance: list[float]
     cumulative: list[float]
 
-    def to_meta(self) -> dict[str, list]:
+    def to_meta(self) -> dict[str, list[Any]]:
         return {"layers": list(self.layers), "importance": list(self.importance), "cumulative": list(self.cumulative)}
 
 
-def layer_importance(layers: list[Layer], params: dict[str, Tensor], grads: dict[str, Tensor]) -> list[float]:
+def layer_importance(layers: list[Layer], params: Mapping[str, Tensor], grads: Mapping[str, Tensor]) -> list[float]:
     """I_k per layer from parameter values and gradients keyed by parameter name."""
     values = []
     for layer in layers:

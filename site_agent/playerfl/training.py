@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ def focal_loss(gamma: float) -> LossFn:
     return lambda logits, labels: focal(logits, labels[:, None])
 
 
-def train_epochs(model: nn.Module, loader: DataLoader, loss_fn: LossFn, epochs: int, learning_rate: float,
+def train_epochs(model: nn.Module, loader: DataLoader[Any], loss_fn: LossFn, epochs: int, learning_rate: float,
                  weight_decay: float, penalty: Penalty | None = None) -> float:
     """Train the parameters that require grad for `epochs` passes; returns the last epoch's mean loss.
 
@@ -55,7 +56,7 @@ def train_epochs(model: nn.Module, loader: DataLoader, loss_fn: LossFn, epochs: 
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: DataLoader) -> dict[str, float]:
+def evaluate(model: nn.Module, loader: DataLoader[Any]) -> dict[str, float]:
     """Macro-F1 (sklearn, zero_division=0) and balanced accuracy of `model` in eval mode."""
     model.eval()
     truth, predicted = [], []
@@ -84,7 +85,7 @@ class LocalTrainer:
     repeats it; `new_model` builds the job's initial weights, the same at every site.
     """
 
-    data: Dataset
+    data: Dataset[Any]
     layers: list[Layer]
     new_model: Callable[[], nn.Module]
     loss_fn: LossFn
@@ -111,6 +112,6 @@ class LocalTrainer:
         images, labels = next(iter(self._loader(FRESH_BATCH_OFFSET)))
         return images, labels
 
-    def _loader(self, offset: int) -> DataLoader:
+    def _loader(self, offset: int) -> DataLoader[Any]:
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.round_number + offset)
         return DataLoader(self.data, batch_size=self.batch_size, shuffle=True, generator=generator)
