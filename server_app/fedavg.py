@@ -8,13 +8,25 @@ extra `validate` task scores the final model, and the best model is saved as `be
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.workflows.model_controller import ModelController
 
 from fl_contract.models import build_model, state_dict_to_numpy
-from server_app.aggregation import RULES, RoundIntake, aggregate, matching, missing_sites, scalar_metrics, site_name, take_updates
+from server_app.aggregation import (
+    RULES,
+    RoundIntake,
+    aggregate,
+    matching,
+    missing_sites,
+    scalar_metrics,
+    site_name,
+    site_outcomes,
+    take_updates,
+)
+from server_app.checkpoint import workflow_checkpoint
 from server_app.results import BEST_MODEL_FILE, RunRecorder
 from server_app.selection import BestModel, Params
 
@@ -35,7 +47,7 @@ class FedAvgController(ModelController):
         *,
         num_rounds: int,
         model: str,
-        model_args: dict | None,
+        model_args: dict[str, Any] | None,
         aggregation: str,
         trim_fraction: float,
         min_clients: int,
@@ -66,32 +78,59 @@ class FedAvgController(ModelController):
         record_weights = sum(v.size for v in global_params.values()) <= SMALL_MODEL_PARAMETERS
         recorder = RunRecorder(Path(self.get_app_dir()), self._job_summary())
         best = BestModel(self.selection_metric, self.selection_weight) if self.selection_metric else None
-        for round_index in range(self.num_rounds):
+        checkpoint = workflow_checkpoint(self, self._job_summary())
+        start = 0
+        resumed = checkpoint.load()
+        if resumed is not None:
+            start, global_params = resumed.completed_rounds, resumed.params["global"]
+            recorder.resume(resumed.state["rounds"], start)
+            if best is not None and resumed.state.get("best"):
+                best.restore(resumed.state["best"], resumed.params["best"])
+            self.info(f"resuming after round {start}: {len(resumed.state['rounds'])} completed rounds from {checkpoint.folder}")
+        for round_index in range(start, self.num_rounds):
             self.info(f"round {round_index + 1}/{self.num_rounds}: sending the global model")
-            intake = self._intake(self._broadcast("train", global_params, round_index), global_params)
+            results = self._broadcast("train", global_params, round_index)
+            if self.abort_signal.triggered:
+                return self._stop(recorder, global_params, "aborted", f"aborted during round {round_index + 1}")
+            intake = self._intake(results, global_params)
             if len(intake.updates) < self.min_clients:
-                message = f"round {round_index + 1}: only {len(intake.updates)} valid updates, the job needs {self.min_clients}"
-                recorder.finish("failed", error=message)
+                failed_round = {"round": round_index + 1, **intake.record(),
+                                "outcomes": site_outcomes(intake, self._current_failed_clients)}
+                message = (f"round {round_index + 1}: only {len(intake.updates)} valid updates, the job needs "
+                           f"{self.min_clients}; " + "; ".join(f"{s}: {o}" for s, o in failed_round["outcomes"].items()))
+                self._stop(recorder, global_params, "failed", message, failed_round=failed_round)
                 self.panic(message)
                 return
-            entry = {"round": round_index + 1, **intake.record()}
+            entry = {"round": round_index + 1, **intake.record(), "outcomes": site_outcomes(intake, self._current_failed_clients)}
             if best is not None:
                 entry["selection"] = best.observe(round_index, global_params, intake.metrics)
             global_params = aggregate(self.aggregation, intake.updates, reference=global_params, **self.rule_options)
             if record_weights:
                 entry["global_weights"] = {k: v.ravel().tolist() for k, v in global_params.items()}
             recorder.add_round(entry)
+            checkpoint.save(round_index + 1, {"rounds": recorder.record["rounds"], "best": best.summary() if best else None},
+                            {"global": global_params, **({"best": best.params} if best is not None else {})})
             self.info(f"round {round_index + 1}: aggregated {len(intake.updates)} updates with {self.aggregation}")
         recorder.save_model(global_params)
         if best is not None:
             self._select_final(best, global_params, recorder)
+            if self.abort_signal.triggered:
+                return self._stop(recorder, global_params, "aborted", "aborted during the final validation")
         recorder.finish("finished")
+        checkpoint.clear()
+
+    def _stop(self, recorder: RunRecorder, global_params: Params, status: str, reason: str, **extra: Any) -> None:
+        """End early with the completed rounds and the last global model kept; the checkpoint stays for a resume."""
+        recorder.save_model(global_params)
+        recorder.finish(status, error=reason, **extra)
+        self.info(f"job {status}: {reason}; {len(recorder.record['rounds'])} completed rounds kept")
 
     def _broadcast(self, task_name: str, params: Params, round_index: int) -> list[FLModel]:
         """Send `params` to every site; wait for all, or for `late_site_wait_s` after `min_clients` answered."""
         model = FLModel(params=params, params_type=ParamsType.FULL, current_round=round_index, total_rounds=self.num_rounds)
-        return self.broadcast_model(data=model, task_name=task_name, min_responses=self.min_clients,
-                                    wait_time_after_min_received=self.late_site_wait_s)
+        results = self.broadcast_model(data=model, task_name=task_name, min_responses=self.min_clients,
+                                       wait_time_after_min_received=self.late_site_wait_s)
+        return cast(list[FLModel], results)  # FLARE is untyped; broadcast_model returns List[FLModel]
 
     def _intake(self, results: list[FLModel], global_params: Params) -> RoundIntake:
         """The round's valid updates in site-name order; each rejected site is logged by name."""
@@ -112,7 +151,7 @@ class FedAvgController(ModelController):
         recorder.record["best_model"] = {**best.summary(), "file": BEST_MODEL_FILE}
         self.info(f"best global model: {best.metric} {best.value:.4f} after {best.model_round} aggregation round(s)")
 
-    def _job_summary(self) -> dict:
+    def _job_summary(self) -> dict[str, Any]:
         return {"workflow": "fedavg", "model": self.model, "model_args": self.model_args, "num_rounds": self.num_rounds,
                 "aggregation": self.aggregation, **self.rule_options, "min_clients": self.min_clients,
                 "selection_metric": self.selection_metric, "selection_weight": self.selection_weight, "seed": self.seed}
