@@ -9,6 +9,7 @@ snapshot on the site's held-out test split. What leaves the site per method is l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -27,6 +28,7 @@ from torch.utils.data import DataLoader
 from fl_contract.models import build_model, load_numpy_params
 from fl_contract.playerfl import protocol
 from fl_contract.playerfl.layers import Layer, model_layers, prefix_keys
+from site_agent.data.isic import IsicRecord
 from site_agent.playerfl.data import IsicImages, SiteSplits, load_site_splits
 from site_agent.playerfl.methods import MethodOptions, SiteMethod, site_method
 from site_agent.playerfl.sensitivity import federation_sensitivity
@@ -42,8 +44,8 @@ class _Site:
     """Per job and site: the data loaders and where the state lives."""
 
     train: IsicImages
-    val: DataLoader
-    test: DataLoader
+    val: DataLoader[Any]
+    test: DataLoader[Any]
     state_file: Path
 
 
@@ -55,7 +57,7 @@ class PLayerFLTask(TaskExecutor):
         *,
         method: str,
         model: str,
-        model_args: dict | None,
+        model_args: dict[str, Any] | None,
         dataset: str,
         image_size: int,
         local_epochs: int,
@@ -129,6 +131,8 @@ class PLayerFLTask(TaskExecutor):
         self._strategy.before_evaluation(net, trainer)
         metrics = self._validate(site, state, net, trainer, int(model.total_rounds or 0))
         save_state(state, site.state_file)
+        if state.best is None:  # _validate has just offered a snapshot, and a macro-F1 always beats the initial -inf
+            raise RuntimeError(f"site {ctx.site_name}: no best-validation snapshot to evaluate")
         test = evaluate(trainer.model_from(state.best), site.test)
         return FLModel(metrics={**metrics, "test_macro_f1": test["macro_f1"], "test_balanced_accuracy": test["balanced_accuracy"],
                                 "best_round": state.best_round, "best_val_macro_f1": state.best_score},
@@ -175,7 +179,10 @@ class PLayerFLTask(TaskExecutor):
     def _load_site(self, ctx: SiteContext) -> _Site:
         if self._site is None:
             splits: SiteSplits = load_site_splits(ctx.data_dir(self.dataset), self.seed)
-            loader = lambda records: DataLoader(IsicImages(records, self.image_size), batch_size=self.batch_size)  # noqa: E731
+
+            def loader(records: Sequence[IsicRecord]) -> DataLoader[Any]:
+                return DataLoader(IsicImages(records, self.image_size), batch_size=self.batch_size)
+
             self._site = _Site(IsicImages(splits.train, self.image_size), loader(splits.val), loader(splits.test),
                                state_path(ctx.workspace_dir, self._job_id))
         return self._site

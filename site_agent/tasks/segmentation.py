@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,6 +24,7 @@ from torch import nn
 
 from fl_contract.models import build_model, load_numpy_params, state_dict_to_numpy
 from fl_contract.segmentation import DP_NOISE_STD, MODEL, TRAIN_LOSS, VAL_CASES
+from site_agent.data.brats_case import GridPolicy
 from site_agent.data.pipeline import surface_data_errors
 from site_agent.segmentation.data import SiteData, load_site_data
 from site_agent.segmentation.dp import noise_std, privatise_update
@@ -36,11 +38,11 @@ class SegmentationTask(TaskExecutor):
     def __init__(
         self,
         *,
-        model_args: dict | None,
+        model_args: dict[str, Any] | None,
         dataset: str,
         roi_size: Sequence[int],
         label_map: str,
-        grid: str = "refuse",
+        grid: GridPolicy = "refuse",
         local_epochs: int,
         batch_size: int,
         learning_rate: float,
