@@ -51,7 +51,7 @@ class PLayerFLController(ModelController):
         *,
         num_rounds: int,
         model: str,
-        model_args: dict | None,
+        model_args: dict[str, Any] | None,
         method: str,
         threshold: float,
         min_clients: int,
@@ -122,7 +122,7 @@ class PLayerFLController(ModelController):
                 check_curve(update.site, meta.get(protocol.SENSITIVITY), layers)
         return check
 
-    def _split(self, intake: RoundIntake, layers: list[Layer]) -> dict:
+    def _split(self, intake: RoundIntake, layers: list[Layer]) -> dict[str, Any]:
         """Choose p with the method's rule; returns the record a researcher needs to see why."""
         curves = {site: meta[protocol.SENSITIVITY] for site, meta in intake.meta.items() if protocol.SENSITIVITY in meta}
         inputs = SplitInputs([layer.name for layer in layers], curves, {u.site: u.num_samples for u in intake.updates},
@@ -133,7 +133,7 @@ class PLayerFLController(ModelController):
         recorder.finish("failed", error=message)
         self.panic(message)
 
-    def _job_summary(self, layers: list[Layer]) -> dict:
+    def _job_summary(self, layers: list[Layer]) -> dict[str, Any]:
         return {"workflow": "playerfl", "method": self.method, "model": self.model, "model_args": self.model_args,
                 "num_rounds": self.num_rounds, "threshold": self.threshold, "seed": self.seed,
                 "layers": [layer.name for layer in layers]}
