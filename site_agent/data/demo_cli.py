@@ -39,7 +39,7 @@ def _isic(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("demo-data", help="make synthetic demo data for this site")
     kinds = parser.add_subparsers(dest="kind", required=True, metavar="KIND")
 

@@ -10,16 +10,23 @@ dictionary transforms into a (3, S, S) float32 image in [0, 1] and its class ind
 
 from __future__ import annotations
 
+import codecs
 import csv
+import io
 import logging
+import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
-from monai.transforms import Compose, EnsureTyped, MapTransform, Resized, ScaleIntensityRanged
+from monai.transforms.compose import Compose
+from monai.transforms.intensity.dictionary import ScaleIntensityRanged
+from monai.transforms.spatial.dictionary import Resized
+from monai.transforms.transform import MapTransform
+from monai.transforms.utility.dictionary import EnsureTyped
 from PIL import Image as PILImage
 
 from fl_contract.classes import ISIC_CLASSES, TRAINING_CLASSES
@@ -35,7 +42,10 @@ IMAGE_FOLDER = "ISIC_2019_Training_Input"
 FLAMBY_CENTERS = ("BCN", "HAM_vidir_molemax", "HAM_vidir_modern", "HAM_rosendahl", "MSK", "HAM_vienna_dias")
 """FLamby's Fed-ISIC2019 centres, in its centre-index order."""
 _FLAMBY_PREFIXES = {"BCN_": 0, "MSK4": 4}
+MAX_IMAGE_PIXELS = 50_000_000
+"""Larger images are refused unread: a 50-megapixel photo already takes 600 MB as float32 RGB."""
 _EXAMPLES_SHOWN = 5
+_DELIMITERS = ",;\t"
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,26 @@ class IsicRecord:
         return {"image": str(self.path), "label": self.label}
 
 
+class RowProblem(NamedTuple):
+    """A ground-truth CSV row that cannot be used: its line, its image name, and why."""
+
+    line: int
+    image: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class IsicScan:
+    """What a site's ground-truth CSV holds: the usable records (CSV order), the rows that cannot be used, and the
+    rows of classes outside the chosen subset, counted by class."""
+
+    csv: Path
+    rows: int
+    records: list[IsicRecord]
+    problems: list[RowProblem]
+    other_classes: Counter[str]
+
+
 def read_isic_site(
     folder: Path,
     classes: Sequence[str] = TRAINING_CLASSES,
@@ -64,6 +94,17 @@ def read_isic_site(
     Rows of classes outside `classes` are left out and counted in the log. `check_images` decodes every image
     up front, so an undecodable file fails here rather than in the middle of training.
     """
+    scan = scan_isic_site(folder, classes, check_images)
+    _report(scan, on_error)
+    return scan.records
+
+
+def scan_isic_site(folder: Path, classes: Sequence[str] = TRAINING_CLASSES, check_images: bool = False) -> IsicScan:
+    """Every row of the site's ground-truth CSV sorted into usable records, problems and other classes, without
+    deciding what a problem means (`read_isic_site` raises or skips; `site-agent check` lists them all).
+
+    A CSV that cannot be read as a whole (missing, wrong header, undecodable text) raises `DataError`.
+    """
     folder = Path(folder)
     unknown = sorted(set(classes) - set(ISIC_CLASSES))
     if unknown or not classes:
@@ -73,43 +114,65 @@ def read_isic_site(
     lesions = _read_lesion_ids(folder / METADATA_CSV)
     images = folder / IMAGE_FOLDER if (folder / IMAGE_FOLDER).is_dir() else folder
     reader = IsicImageReader()
-    records, problems, other_classes, seen = [], [], Counter(), set()
+    scan = IsicScan(truth, len(rows), [], [], Counter())
+    first_line: dict[str, int] = {}
     for line, row in rows:
         name = row["image"]
-        if name in seen:
-            raise DataError(f"{truth}, line {line}: image {name} listed twice; keep one row per image")
-        seen.add(name)
-        diagnoses = _diagnoses(truth, line, row)
-        if len(diagnoses) != 1:
-            problems.append((line, name, "no label" if not diagnoses else f"several labels {diagnoses}"))
+        if name in first_line:
+            scan.problems.append(RowProblem(line, name, f"listed twice (first on line {first_line[name]}); keep one row"))
             continue
-        if diagnoses[0] not in classes:
-            other_classes[diagnoses[0]] += 1
+        first_line[name] = line
+        try:
+            diagnosis = _diagnosis(row)
+        except ValueError as err:
+            scan.problems.append(RowProblem(line, name, str(err)))
+            continue
+        if diagnosis not in classes:
+            scan.other_classes[diagnosis] += 1
             continue
         path = _image_path(images, name)
         if path is None:
-            problems.append((line, name, f"image missing (looked for {images / (name + '.jpg')})"))
+            scan.problems.append(RowProblem(line, name, f"image missing (looked for {images / (name + '.jpg')})"))
             continue
         if check_images:
             try:
                 reader.read(path)
             except DataError as err:
-                problems.append((line, name, str(err)))
+                scan.problems.append(RowProblem(line, name, str(err)))
                 continue
-        records.append(IsicRecord(name, path, list(classes).index(diagnoses[0]), diagnoses[0], lesions.get(name)))
-    _report(truth, len(rows), problems, other_classes, on_error)
-    return records
+        scan.records.append(IsicRecord(name, path, list(classes).index(diagnosis), diagnosis, lesions.get(name)))
+    return scan
 
 
 def _read_csv(path: Path, required: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
+    """The rows of a CSV with their line numbers. Accepts what spreadsheet programs write: UTF-8 with or without
+    Excel's byte-order mark, UTF-16 with its byte-order mark, and comma, semicolon or tab separators."""
     if not path.is_file():
         raise DataError(f"{path}: file not found; the site's ISIC folder must hold {path.name} in the official format")
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in required if c not in (reader.fieldnames or [])]
-        if missing:
-            raise DataError(f"{path}: missing columns {missing} (header {reader.fieldnames}); use the official ISIC 2019 header")
-        return [(reader.line_num, row) for row in reader]
+    text = _csv_text(path)
+    header = text.partition("\n")[0]
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=max(_DELIMITERS, key=header.count))
+    fields = [name.strip() for name in reader.fieldnames or []]
+    reader.fieldnames = fields
+    missing = [c for c in required if c not in fields]
+    if missing:
+        raise DataError(f"{path}: missing columns {missing} (header {fields}); use the official ISIC 2019 header")
+    return [(reader.line_num, row) for row in reader]
+
+
+def _csv_text(path: Path) -> str:
+    data = path.read_bytes()
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DataError(
+            f"{path}: not UTF-8 text (byte 0x{data[err.start]:02x} on line {line}; probably Latin-1 / Windows-1252, "
+            "as older spreadsheet programs save). Save it as UTF-8 (Excel: 'CSV UTF-8 (Comma delimited)') or convert "
+            f"it, e.g. `iconv -f WINDOWS-1252 -t UTF-8 {path.name} > utf8.csv`"
+        ) from None
 
 
 def _read_lesion_ids(path: Path) -> dict[str, str | None]:
@@ -118,18 +181,24 @@ def _read_lesion_ids(path: Path) -> dict[str, str | None]:
     return {row["image"]: row["lesion_id"] or None for _, row in _read_csv(path, METADATA_COLUMNS)}
 
 
-def _diagnoses(path: Path, line: int, row: dict[str, str]) -> list[str]:
+def _diagnosis(row: dict[str, str]) -> str:
+    """The one class a one-hot row names; a ValueError saying why for a value other than 0 or 1, or for no or
+    several labels.
+    A decimal comma (1,0), as spreadsheets in many locales write, reads as a decimal point."""
     found = []
     for name in ISIC_CLASSES:
+        text = (row[name] or "").strip()
         try:
-            value = float(row[name])
-        except (TypeError, ValueError):
-            raise DataError(f"{path}, line {line}: column {name} is {row[name]!r}, expected 0.0 or 1.0") from None
+            value = float(text.replace(",", "."))
+        except ValueError:
+            value = math.nan
         if value not in (0.0, 1.0):
-            raise DataError(f"{path}, line {line}: column {name} is {row[name]!r}, expected 0.0 or 1.0 (one-hot)")
+            raise ValueError(f"column {name} is {text!r}, expected 0.0 or 1.0 (one-hot)")
         if value == 1.0:
             found.append(name)
-    return found
+    if len(found) != 1:
+        raise ValueError("no label" if not found else f"several labels {found}")
+    return found[0]
 
 
 def _image_path(images: Path, name: str) -> Path | None:
@@ -139,19 +208,25 @@ def _image_path(images: Path, name: str) -> Path | None:
     return None
 
 
-def _report(truth: Path, n_rows: int, problems: list[tuple[int, str, str]], other: Counter, on_error: str) -> None:
-    if other:
-        log.info("%s: left out %d rows of classes outside the subset (%s)", truth, sum(other.values()), dict(other))
-    if not problems:
+def _report(scan: IsicScan, on_error: str) -> None:
+    if scan.other_classes:
+        log.info("%s: left out %d rows of classes outside the subset (%s)", scan.csv, sum(scan.other_classes.values()),
+                 dict(scan.other_classes))
+    if not scan.problems:
         return
-    examples = "; ".join(f"line {line} {name}: {what}" for line, name, what in problems[:_EXAMPLES_SHOWN])
-    more = f" and {len(problems) - _EXAMPLES_SHOWN} more" if len(problems) > _EXAMPLES_SHOWN else ""
+    listed = describe_problems(scan.problems)
     if on_error == "raise":
         raise DataError(
-            f"{truth}: {len(problems)} of {n_rows} rows cannot be used: {examples}{more}. Fix the rows or images, "
+            f"{scan.csv}: {len(scan.problems)} of {scan.rows} rows cannot be used: {listed}. Fix the rows or images, "
             "or read with on_error='skip' to skip them (the count is logged)"
         )
-    log.warning("%s: skipped %d of %d rows that cannot be used: %s%s", truth, len(problems), n_rows, examples, more)
+    log.warning("%s: skipped %d of %d rows that cannot be used: %s", scan.csv, len(scan.problems), scan.rows, listed)
+
+
+def describe_problems(problems: Sequence[RowProblem], shown: int = _EXAMPLES_SHOWN) -> str:
+    """The first `shown` problems as "line N IMAGE: why", and how many more there are."""
+    examples = "; ".join(f"line {p.line} {p.image}: {p.reason}" for p in problems[:shown])
+    return examples + (f" and {len(problems) - shown} more" if len(problems) > shown else "")
 
 
 class IsicImageReader:
@@ -161,12 +236,27 @@ class IsicImageReader:
         return Path(path).suffix.lower() in {".jpg", ".jpeg", ".png"}
 
     def read(self, path: Path) -> Image:
+        """Refuses images over `MAX_IMAGE_PIXELS` from their header, before decoding a byte of pixel data."""
         try:
             with PILImage.open(path) as photo:
-                array = np.asarray(photo.convert("RGB"), dtype=np.float32)
-        except (OSError, ValueError) as err:
+                width, height = photo.size
+                too_large = width * height > MAX_IMAGE_PIXELS
+                array = None if too_large else np.asarray(photo.convert("RGB"), dtype=np.float32)
+        except PILImage.DecompressionBombError as err:  # beyond PIL's own limit, raised on opening
+            raise _too_large(path, str(err)) from err
+        except Exception as err:  # PIL's decoders raise OSError, SyntaxError, ValueError, struct.error, ...
             raise DataError(f"{path}: image does not decode ({err}); replace the file or remove its CSV row") from err
+        if array is None:
+            raise _too_large(path, f"{width} x {height} = {width * height} pixels")
         return Image(np.ascontiguousarray(array.transpose(2, 0, 1)), np.eye(3), Path(path))
+
+
+def _too_large(path: Path, size: str) -> DataError:
+    return DataError(
+        f"{path}: image too large ({size}; the agent reads at most {MAX_IMAGE_PIXELS} pixels): a decompression bomb "
+        "or an original that was never downscaled. Downscale it (the jobs read images at a few hundred pixels) or "
+        "remove its CSV row"
+    )
 
 
 class LoadIsicd(MapTransform):
@@ -176,14 +266,14 @@ class LoadIsicd(MapTransform):
         super().__init__(keys="image")
         self.reader = IsicImageReader()
 
-    def __call__(self, data: Mapping[str, Any]) -> dict[str, Any]:
+    def __call__(self, data: Mapping[Hashable, Any]) -> dict[Hashable, Any]:
         out = dict(data)
         for key in self.key_iterator(out):
             out[key] = self.reader.read(Path(out[key])).array
         return out
 
 
-def isic_transforms(image_size: int, extra: Sequence[Callable] = ()) -> Compose:
+def isic_transforms(image_size: int, extra: Sequence[Callable[..., Any]] = ()) -> Compose:
     """Decode, resize to `image_size` x `image_size`, scale 0-255 to [0, 1], plain tensors (no MONAI metadata),
     then the job's own transforms (`extra`).
 

@@ -6,10 +6,13 @@ three-site federation reproduces the reference global weights.
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from site_agent.data.reader import DataError
 
 TRUE_WEIGHTS = (2.0, -3.0)
 REFERENCE_SITE_SIZES = (50, 200, 500)
@@ -40,20 +43,24 @@ def write_linear_site(out_dir: Path, site_index: int, sizes: tuple[int, ...] = R
 
 
 def load_linear_site(data_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """Read a site's (X, y); the error says which file is missing or malformed and how to make it."""
+    """Read a site's (X, y); the `DataError` says which file is missing or malformed and how to make it."""
     path = Path(data_dir) / FILE_NAME
     if not path.is_file():
-        raise FileNotFoundError(
+        raise DataError(
             f"{path}: no linear-regression data here; create it with "
             f"`site-agent demo-data linear --site-index N --out {data_dir}`"
         )
-    with np.load(path) as arrays:
-        missing = {"x", "y"} - set(arrays.files)
-        if missing:
-            raise ValueError(f"{path}: missing arrays {sorted(missing)}; regenerate it with `site-agent demo-data linear`")
-        x, y = arrays["x"], arrays["y"]
+    regenerate = "regenerate it with `site-agent demo-data linear`"
+    try:
+        with np.load(path) as arrays:
+            found = {name: arrays[name] for name in ("x", "y") if name in arrays.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise DataError(f"{path}: not a readable .npz file ({err}); {regenerate}") from err
+    if len(found) < 2:
+        raise DataError(f"{path}: missing arrays {sorted({'x', 'y'} - set(found))}; {regenerate}")
+    x, y = found["x"], found["y"]
     if x.ndim != 2 or y.shape != (x.shape[0],):
-        raise ValueError(f"{path}: expected x of shape (n, d) and y of shape (n,), got {x.shape} and {y.shape}")
+        raise DataError(f"{path}: expected x of shape (n, d) and y of shape (n,), got {x.shape} and {y.shape}")
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
-        raise ValueError(f"{path}: contains NaN or infinite values; fix or regenerate the site's data")
+        raise DataError(f"{path}: contains NaN or infinite values; fix or regenerate the site's data")
     return torch.from_numpy(x), torch.from_numpy(y)

@@ -84,7 +84,8 @@ def _lesion(diagnosis: str, size: int, tint: np.ndarray, rng: np.random.Generato
     skin = np.array([215.0, 170.0, 145.0]) + tint
     lesion = np.asarray(colour, dtype=float) * (0.8 + 0.4 * texture[..., None])
     image = np.where(inside[..., None], lesion, skin) + rng.normal(0, 6, (size, size, 3))
-    return np.clip(image, 0, 255).astype(np.uint8)
+    pixels: np.ndarray = np.clip(image, 0, 255).astype(np.uint8)
+    return pixels
 
 
 def _write_csv(path: Path, header: Sequence[str], rows: list[list[str]]) -> None:

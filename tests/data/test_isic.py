@@ -17,12 +17,14 @@ from fl_contract.classes import ISIC_CLASSES, PLAYERFL_CLASSES, TRAINING_CLASSES
 from site_agent.data.isic import (
     GROUND_TRUTH_CSV,
     IMAGE_FOLDER,
+    MAX_IMAGE_PIXELS,
     METADATA_CSV,
     IsicImageReader,
     LoadIsicd,
     flamby_center,
     isic_dataset,
     read_isic_site,
+    scan_isic_site,
 )
 from site_agent.data.reader import DataError
 from site_agent.data.synthetic_isic import write_isic_site
@@ -246,3 +248,105 @@ def test_flamby_centres(lesion_id, source, centre):
 def test_flamby_centre_errors(lesion_id, source, expected):
     with pytest.raises(DataError, match=expected):
         flamby_center(lesion_id, source)
+
+
+def _claim_size(jpeg: Path, width: int, height: int) -> None:
+    """Rewrite a JPEG's frame header to claim `width` x `height` pixels: a decompression bomb's few bytes."""
+    data = bytearray(jpeg.read_bytes())
+    frame = data.index(b"\xff\xc0")  # start of frame: marker, length (2), precision (1), height (2), width (2)
+    data[frame + 5 : frame + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    jpeg.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "claimed"),
+    [(60_000, 60_000, "3600000000 pixels"), (8_000, 7_000, "8000 x 7000 = 56000000 pixels")],
+    ids=["beyond PIL's bomb limit", "beyond the agent's limit"],
+)
+def test_an_image_claiming_too_many_pixels_is_refused_by_name_before_decoding(tmp_path, width, height, claimed):
+    # Prepare
+    records = read_isic_site(_site(tmp_path), PLAYERFL_CLASSES)
+    _claim_size(records[1].path, width, height)
+
+    # Execute
+    with pytest.raises(DataError) as read_error:
+        IsicImageReader().read(records[1].path)
+    with pytest.raises(DataError) as pipeline_error:
+        isic_dataset(records, image_size=16)[1]
+
+    # Assert
+    for error in (read_error, pipeline_error):
+        message = str(error.value)
+        assert message.startswith(str(records[1].path)) and "image too large" in message and claimed in message
+        assert f"at most {MAX_IMAGE_PIXELS} pixels" in message and "Downscale it" in message
+
+
+def test_a_ground_truth_csv_saved_by_excel_with_a_byte_order_mark_reads_like_the_original(tmp_path):
+    # Prepare
+    site = _site(tmp_path)
+    expected = read_isic_site(site, PLAYERFL_CLASSES)
+    truth = site / GROUND_TRUTH_CSV
+    truth.write_bytes(b"\xef\xbb\xbf" + truth.read_bytes().replace(b"\n", b"\r\n"))
+
+    # Execute
+    records = read_isic_site(site, PLAYERFL_CLASSES)
+
+    # Assert
+    assert records == expected
+
+
+def test_csvs_in_utf16_or_with_semicolons_and_decimal_commas_read_like_the_original(tmp_path):
+    # Prepare: the ground truth as Excel's "Unicode text" (UTF-16, tabs); the metadata as a German Excel's CSV
+    site = _site(tmp_path)
+    expected = read_isic_site(site, PLAYERFL_CLASSES)
+    truth, metadata = site / GROUND_TRUTH_CSV, site / METADATA_CSV
+    truth.write_bytes(truth.read_text().replace(",", "\t").encode("utf-16"))
+    metadata.write_text(metadata.read_text().replace(",", ";"))
+
+    # Execute
+    records = read_isic_site(site, PLAYERFL_CLASSES)
+    truth.write_text(truth.read_text(encoding="utf-16").replace("\t", ";").replace(".", ","))
+    with_decimal_commas = read_isic_site(site, PLAYERFL_CLASSES)
+
+    # Assert
+    assert records == expected and with_decimal_commas == expected
+
+
+def test_a_metadata_csv_in_latin1_is_refused_naming_the_encoding_to_use(tmp_path):
+    # Prepare
+    site = _site(tmp_path)
+    metadata = site / METADATA_CSV
+    lines = metadata.read_text().splitlines()
+    lines[3] = lines[3].replace("male", "mâle")
+    metadata.write_bytes("\n".join(lines).encode("latin-1"))
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        read_isic_site(site, PLAYERFL_CLASSES)
+
+    # Assert
+    message = str(error.value)
+    assert message.startswith(str(metadata)) and "not UTF-8 text (byte 0xe2 on line 4" in message
+    assert "Save it as UTF-8" in message and "iconv -f WINDOWS-1252 -t UTF-8" in message
+
+
+def test_every_unusable_row_is_listed_and_skippable(tmp_path, caplog):
+    # Prepare: a value that is not one-hot, a duplicate row and a missing image
+    site = _site(tmp_path)
+    rows = _truth(site)
+    rows[4]["NV"] = "0.5"
+    (site / IMAGE_FOLDER / f"{rows[6]['image']}.jpg").unlink(missing_ok=True)
+    (site / IMAGE_FOLDER / f"{rows[6]['image']}_downsampled.jpg").unlink(missing_ok=True)
+    _rewrite_truth(site, rows + rows[:1])
+
+    # Execute
+    scan = scan_isic_site(site, PLAYERFL_CLASSES)
+    with pytest.raises(DataError) as error:
+        read_isic_site(site, PLAYERFL_CLASSES)
+    kept = read_isic_site(site, PLAYERFL_CLASSES, on_error="skip")
+
+    # Assert
+    assert [(p.line, p.image) for p in scan.problems] == [(6, rows[4]["image"]), (8, rows[6]["image"]), (22, rows[0]["image"])]
+    assert "column NV is '0.5', expected 0.0 or 1.0" in scan.problems[0].reason
+    assert "image missing" in scan.problems[1].reason and "listed twice (first on line 2)" in scan.problems[2].reason
+    assert "3 of 21 rows cannot be used" in str(error.value) and len(kept) == len(scan.records) == 18

@@ -14,6 +14,7 @@ from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from site_agent.data.linear_demo import generate_linear_sites, write_linear_site
+from site_agent.data.reader import DataError
 from site_agent.site_config import SiteConfig, write_site_config
 from site_agent.tasks.executor import SiteContext
 
@@ -53,7 +54,7 @@ def test_missing_data_names_the_folder_and_the_fix(tmp_path):
     config = SiteConfig.load(write_site_config(tmp_path, {"linear": str(tmp_path)}))
     ctx = SiteContext("site-1", config, torch.device("cpu"), tmp_path, Signal())
 
-    with pytest.raises(FileNotFoundError, match="linear.npz: no linear-regression data here.*site-agent demo-data linear"):
+    with pytest.raises(DataError, match="linear.npz: no linear-regression data here.*site-agent demo-data linear"):
         _task().task_train(FLModel(params={"weight": np.zeros((1, 2), np.float32)}), ctx)
 
 
