@@ -8,13 +8,13 @@ import json
 import typing
 from typing import Any
 
-from jobs.spec import JobKind, JobParams, P, ParameterError, default_of
+from jobs.spec import JobKind, JobParams, P, ParameterError, default_of, parameter_fields
 
 
 def add_parameter_options(parser: argparse.ArgumentParser, params: type[JobParams]) -> None:
     """`--name-of-field` per parameter. Unset options stay unset, so the dataclass default is the only default."""
     hints = typing.get_type_hints(params)
-    for f in dataclasses.fields(params):
+    for f in parameter_fields(params):
         flag = "--" + f.name.replace("_", "-")
         hint, default, meta = hints[f.name], default_of(f), f.metadata
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default

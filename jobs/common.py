@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, cast
 
 from nvflare.job_config.api import FedJob
 
+from fl_contract.job_privacy import SitePrivacy
 from fl_contract.version import AGENT_VERSION, AGENT_VERSION_KEY
-from jobs.spec import JobKind, JobParams
+from jobs.spec import FederationParams, JobKind, JobParams
 from provisioning.policy import server_allow_list, site_allow_list
 
 APP_PACKAGES = ["fl_contract", "site_agent", "server_app"]
+DEAD_SITE_CHECK_LEAD_S = 10.0
+"""FLARE checks for dead sites only this long after a task was sent (its default, 30 s, hides a fast death)."""
 
 
-def new_job(name: str, min_clients: int) -> FedJob:
-    """A FedJob whose components are referenced by import path from the installed packages (no `custom/`)."""
-    job = FedJob(name=name, min_clients=min_clients, meta_props={AGENT_VERSION_KEY: AGENT_VERSION})
+def new_job(name: str, min_clients: int, privacy: SitePrivacy) -> FedJob:
+    """A FedJob whose components are referenced by import path from the installed packages (no `custom/`); its meta
+    records the agent version and what the job declares to sites, who decide from the meta before it starts."""
+    job = FedJob(name=name, min_clients=min_clients, meta_props={AGENT_VERSION_KEY: AGENT_VERSION, **privacy.meta()})
     job.set_app_packages(APP_PACKAGES)
     return job
 
@@ -28,11 +33,16 @@ def build_job(kind: JobKind[Any], params: JobParams | None = None) -> FedJob:
     if not isinstance(params, kind.params):
         raise TypeError(f"{kind.name} takes {kind.params.__name__}, got {type(params).__name__}")
     apps = kind.apps(params)
-    job = new_job(kind.name_for(params), int(getattr(params, "min_clients", 1)))
+    site_task = kind.site_task_component(params).instantiate()
+    privacy = SitePrivacy.declare(kind.name, site_task.RELEASE, dataclasses.asdict(params))
+    job = new_job(kind.name_for(params), int(getattr(params, "min_clients", 1)), privacy)
+    if isinstance(params, FederationParams):  # FLARE's own dead-client handling, as job configuration variables
+        job.to_server({"dead_client_grace_period": params.dead_site_grace_s,
+                       "dead_client_check_lead_time": DEAD_SITE_CHECK_LEAD_S})
     job.to_server(kind.controller_component(params).instantiate())
     for extra in apps.server_extras:
         job.to_server(extra.instantiate(), id=extra.id)
-    job.to_clients(kind.site_task_component(params).instantiate())
+    job.to_clients(site_task)
     for extra in apps.site_extras:
         job.to_clients(extra.instantiate(), id=extra.id)
     return job

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import typing
 from typing import Any
 
 from jobs.registry import kinds
-from jobs.spec import JobKind, default_of
+from jobs.spec import JobKind, default_of, parameter_fields
 
 DOCS_FILE = "docs/job-parameters.md"
 HEADER = """# Job parameters
@@ -29,7 +28,7 @@ def _kind_section(kind: JobKind[Any]) -> str:
              f"Site task `{kind.site_task}`, server workflow `{kind.controller}`; dataset keys sites map: "
              f"{', '.join(f'`{k}`' for k in kind.dataset_keys) or 'none'}.", "",
              "| parameter | type | default | allowed | meaning |", "| --- | --- | --- | --- | --- |"]
-    for f in dataclasses.fields(kind.params):
+    for f in parameter_fields(kind.params):
         lines.append(f"| `{f.name}` | {_type_name(hints[f.name])} | {_value(default_of(f))} | {_allowed(f.metadata)} | "
                      f"{f.metadata['help']} |")
     return "\n".join(lines) + "\n"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +64,14 @@ class JobParams:
 
     def replace(self: P, **changes: Any) -> P:
         return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class FederationParams(JobParams):
+    """What every job kind's parameters share: how long the server keeps waiting for a site FLARE reports gone."""
+
+    dead_site_grace_s: float = param(5.0, "seconds the server waits after FLARE reports a site's client or job process "
+                                          "gone before the round goes on without it (FLARE's default: 60)", low=0.0)
 
 
 def _check_type(name: str, value: Any, hint: Any) -> None:
@@ -137,12 +144,6 @@ class JobKind(Generic[P]):
     demo: str | None = None
     guide: str = ""
 
-    def default_params(self) -> P:
-        return self.params()
-
-    def make_params(self, **values: Any) -> P:
-        return self.params(**values)
-
     def name_for(self, params: P) -> str:
         return self.job_name(params) if self.job_name else self.name
 
@@ -158,7 +159,10 @@ class JobKind(Generic[P]):
 
 
 def parameter_fields(params: type[JobParams]) -> list[dataclasses.Field[Any]]:
-    return list(dataclasses.fields(params))
+    """A kind's parameters in the order its spec declares them, the ones every kind shares last."""
+    shared = {f.name for f in dataclasses.fields(FederationParams)}
+    fields = dataclasses.fields(params)
+    return [f for f in fields if f.name not in shared] + [f for f in fields if f.name in shared]
 
 
 def default_of(f: dataclasses.Field[Any]) -> Any:
@@ -173,8 +177,3 @@ def import_class(path: str) -> Any:
     """The class named by an import path such as `site_agent.tasks.playerfl.PLayerFLTask`."""
     module, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module), name)
-
-
-def json_value(value: Any) -> Any:
-    """Parameters as FLARE config JSON: tuples become lists."""
-    return json.loads(json.dumps(value))

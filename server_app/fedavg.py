@@ -95,13 +95,13 @@ class FedAvgController(ModelController):
             intake = self._intake(results, global_params)
             if len(intake.updates) < self.min_clients:
                 failed_round = {"round": round_index + 1, **intake.record(),
-                                "outcomes": site_outcomes(intake, self._current_failed_clients)}
+                                "outcomes": site_outcomes(intake, self._failed_sites())}
                 message = (f"round {round_index + 1}: only {len(intake.updates)} valid updates, the job needs "
                            f"{self.min_clients}; " + "; ".join(f"{s}: {o}" for s, o in failed_round["outcomes"].items()))
                 self._stop(recorder, global_params, "failed", message, failed_round=failed_round)
                 self.panic(message)
                 return
-            entry = {"round": round_index + 1, **intake.record(), "outcomes": site_outcomes(intake, self._current_failed_clients)}
+            entry = {"round": round_index + 1, **intake.record(), "outcomes": site_outcomes(intake, self._failed_sites())}
             if best is not None:
                 entry["selection"] = best.observe(round_index, global_params, intake.metrics)
             global_params = aggregate(self.aggregation, intake.updates, reference=global_params, **self.rule_options)
@@ -118,6 +118,10 @@ class FedAvgController(ModelController):
                 return self._stop(recorder, global_params, "aborted", "aborted during the final validation")
         recorder.finish("finished")
         checkpoint.clear()
+
+    def _failed_sites(self) -> set[str]:
+        """Sites whose task returned an error this round (FLARE's ModelController keeps them for its own tolerance)."""
+        return set(getattr(self, "_current_failed_clients", set()))
 
     def _stop(self, recorder: RunRecorder, global_params: Params, status: str, reason: str, **extra: Any) -> None:
         """End early with the completed rounds and the last global model kept; the checkpoint stays for a resume."""

@@ -27,6 +27,12 @@ class RunRecorder:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.record: dict[str, Any] = {"job": dict(job), "rounds": [], "status": "running"}
 
+    def resume(self, rounds: list[dict[str, Any]], completed_rounds: int) -> None:
+        """Continue a run interrupted after `completed_rounds`: its rounds so far come from the checkpoint."""
+        self.record["rounds"] = list(rounds)
+        self.record["resumed_after_round"] = completed_rounds
+        self._write()
+
     def add_round(self, entry: Mapping[str, Any]) -> None:
         self.record["rounds"].append(dict(entry))
         self._write()

@@ -48,5 +48,9 @@ class BestModel:
             self.value, self.model_round, self.params = value, model_round, params
         return {"metric": self.metric, "value": value, "model_round": model_round}
 
+    def restore(self, summary: Mapping[str, Any], params: Params) -> None:
+        """Take back the best model a checkpoint recorded (`summary()` and its parameters)."""
+        self.value, self.model_round, self.params = float(summary["value"]), summary["model_round"], dict(params)
+
     def summary(self) -> dict[str, Any]:
         return {"metric": self.metric, "weight": self.weight, "value": self.value, "model_round": self.model_round}

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobs.spec import Apps, JobKind, JobParams, param
+from jobs.spec import Apps, FederationParams, JobKind, param
 from server_app.aggregation import RULES
 
 
 @dataclass(frozen=True)
-class FedAvgLinearParams(JobParams):
+class FedAvgLinearParams(FederationParams):
     num_rounds: int = param(5, "rounds of FedAvg (reference: 5)", low=1)
     local_steps: int = param(5, "full-batch gradient steps per site and round (reference: 5)", low=1)
     learning_rate: float = param(0.1, "site step size (reference: 0.1)", low=0.0)

@@ -11,12 +11,12 @@ import os
 import shutil
 from pathlib import Path
 
+from fl_contract.models.dcae import load_autoencoder
 from jobs.admin import JobOutcome
+from jobs.demo_data import isic_demo_site
 from jobs.demo_job import DemoJob
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
-from jobs.demo_data import isic_demo_site
 from site_agent.fedkt.demo_autoencoder import train_demo_autoencoder
-from fl_contract.models.dcae import load_autoencoder
 
 CACHE_NAME = "demo-dcae-v1"
 

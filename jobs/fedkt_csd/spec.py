@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 from fl_contract.classes import PLAYERFL_CLASSES, TRAINING_CLASSES
 from fl_contract.fedkt import ADJACENCIES, METHODS, MIN_SITES
-from jobs.spec import Apps, JobKind, JobParams, param
+from jobs.spec import Apps, FederationParams, JobKind, param
 
 
 @dataclass(frozen=True)
-class FedKTCSDParams(JobParams):
+class FedKTCSDParams(FederationParams):
     classes: tuple[str, ...] = param(PLAYERFL_CLASSES, "class subset (comma separated on the command line)",
                                      choices=TRAINING_CLASSES)
     dataset: str = param("isic", "dataset key of the sites' ISIC-format folder in their site_agent.json")

@@ -10,11 +10,11 @@ from typing import Any
 
 from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.playerfl.protocol import METHODS
-from jobs.spec import Apps, JobKind, JobParams, param
+from jobs.spec import Apps, FederationParams, JobKind, param
 
 
 @dataclass(frozen=True)
-class PLayerFLParams(JobParams):
+class PLayerFLParams(FederationParams):
     method: str = param("playerfl", "PLayer-FL or a baseline", choices=METHODS)
     num_rounds: int = param(50, "federation rounds, one local pass of local_epochs each (reference: 50-60)", low=1)
     model: str = param("cnn5", "cnn5 (the paper's 5-conv CNN) or resnet10 (MONAI, batch norm)",

@@ -15,7 +15,7 @@ from nvflare.apis.analytix import ANALYTIC_EVENT_TYPE
 
 from fl_contract.labels import LABEL_MAPS
 from fl_contract.segmentation import MODEL, SELECTION_METRIC, VAL_CASES, min_roi_divisor
-from jobs.spec import Apps, Component, JobKind, JobParams, ParameterError, param
+from jobs.spec import Apps, Component, FederationParams, JobKind, ParameterError, param
 from server_app.aggregation import RULES
 
 TB_WRITER_ID = "tb_writer"
@@ -31,7 +31,7 @@ CPU_DEMO_DATA: dict[str, Any] = {"n_cases": 4, "shape": (32, 32, 32), "layout": 
 
 
 @dataclass(frozen=True)
-class SegmentationParams(JobParams):
+class SegmentationParams(FederationParams):
     num_rounds: int = param(20, "FedAvg rounds; one extra validate task scores the final model", low=1)
     local_epochs: int = param(1, "passes over the site's training cases per round", low=1)
     roi_size: tuple[int, ...] = param((224, 224, 144), "training crop and sliding-window size, 3 ints, multiples of "

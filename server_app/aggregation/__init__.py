@@ -17,6 +17,7 @@ from server_app.aggregation.intake import (
     reported_samples,
     scalar_metrics,
     site_name,
+    site_outcomes,
     take_updates,
 )
 from server_app.aggregation.median import coordinate_median
@@ -42,4 +43,4 @@ def aggregate(rule: str, updates: Sequence[SiteUpdate], reference: Params | None
 
 __all__ = ["RULES", "Params", "RoundIntake", "SiteUpdate", "UpdateCheck", "UpdateRejected", "aggregate",
            "check_sample_count", "check_update", "check_updates", "matching", "missing_sites", "reported_samples",
-           "scalar_metrics", "site_name", "take_updates"]
+           "scalar_metrics", "site_name", "site_outcomes", "take_updates"]

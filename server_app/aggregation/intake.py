@@ -86,3 +86,14 @@ def take_updates(results: Sequence[FLModel], expected_sites: Iterable[str], chec
         metrics[site] = scalar_metrics(result)
         meta[site] = dict(result.meta or {})
     return RoundIntake(updates, metrics, meta, rejected, missing_sites(expected_sites, by_site))
+
+
+def site_outcomes(intake: RoundIntake, failed_sites: Iterable[str]) -> dict[str, str]:
+    """Each expected site's outcome in words, for results.json and the admin: what happened to its answer."""
+    failed = set(failed_sites)
+    outcomes = {u.site: "update accepted" for u in intake.updates}
+    outcomes.update({site: f"update rejected: {reason}" for site, reason in intake.rejected.items()})
+    outcomes.update({site: "its task failed at the site (see the site's job log)" if site in failed else
+                     "no answer (the site's client or job process stopped, or it was too late)"
+                     for site in intake.no_result})
+    return dict(sorted(outcomes.items()))
