@@ -10,11 +10,14 @@ from torch import nn
 from fl_contract.playerfl.layers import model_layers
 from fl_contract.playerfl.methods import REGISTRY, get_method
 from fl_contract.playerfl.protocol import METHODS, SENSITIVITY
+from jobs.playerfl.spec import KIND, PLayerFLParams
 from server_app.aggregation import take_updates
 from server_app.playerfl import PLayerFLController
 from server_app.playerfl_split import SPLIT_RULES, SplitInputs, random_split, threshold_split
 from site_agent.playerfl.methods import SITE_METHODS, MethodOptions, site_method
 from site_agent.tasks.playerfl import PLayerFLTask
+
+APPS = KIND.apps(PLayerFLParams())  # what a default playerfl job configures; the job kind itself refuses 'pfedme'
 
 LAYERS = model_layers(nn.Sequential(nn.Linear(1, 1), nn.Linear(1, 1)))
 GLOBAL = {"0.weight": np.zeros((1, 1), np.float32), "0.bias": np.zeros(1, np.float32),
@@ -50,9 +53,9 @@ def test_contract_says_what_is_federated_and_when_curves_and_splits_happen(name,
 
 def test_unknown_method_is_refused_on_both_sides_with_the_choices():
     with pytest.raises(ValueError, match="unknown method 'pfedme'.*'playerfl_random'"):
-        PLayerFLTask(method="pfedme")
+        PLayerFLTask(**{**APPS.site_task, "method": "pfedme"})
     with pytest.raises(ValueError, match="unknown method 'pfedme'"):
-        PLayerFLController(num_rounds=1, model="cnn5", method="pfedme")
+        PLayerFLController(**{**APPS.controller, "method": "pfedme"})
 
 
 def test_fedlp_drops_whole_layers_the_same_way_for_the_same_seed_site_and_round():
