@@ -7,9 +7,12 @@ import json
 import shutil
 import socket
 import ssl
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import TextIO
 
 from site_agent import __version__
 from site_agent.kit import EXPIRY_WARNING_DAYS, KitError, SiteKit, verify_certificate_chain
@@ -20,6 +23,12 @@ MIN_FREE_GIB = 2.0
 WARN_FREE_GIB = 20.0
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
+_FIX_CONFIG = "edit the site configuration (docs/site-it-guide.md)"
+_FIX_DATA = "fix or remove what each line names, as it says (docs/site-data.md); `--deep` reads every case and image"
+_BAR_WIDTH = 30
+
+DataProgress = Callable[[str, int, int], None]
+"""Called with (dataset key, items read, items to read) while the data check reads."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,8 @@ class CheckResult:
     status: str
     detail: str
     fix: str = ""
+    problems: tuple[str, ...] = ()
+    """Every bad file the check found, each naming the file and why: listed under the table."""
 
 
 def check_certificate(kit: SiteKit) -> CheckResult:
@@ -95,18 +106,41 @@ def _classes_missing_from(allow_list: list[str]) -> list[str]:
     return [c for c in installed_task_classes() if c not in allow_list]
 
 
-def check_data(kit: SiteKit) -> CheckResult:
+def check_data(kit: SiteKit, deep: bool = False, progress: DataProgress | None = None) -> list[CheckResult]:
+    """One row per dataset key of the site config ("data KEY"): what its folder holds, told by its content, with
+    counts, after reading one case or image (`deep`: every one) as the jobs read them."""
     try:
         config = SiteConfig.for_kit(kit.root)
-        if not config.datasets:
-            return CheckResult("data", FAIL, f"{config.path}: no datasets configured", 'add "datasets": {"name": "/path"}')
-        folders = {name: config.data_dir(name, kit.site_name) for name in config.datasets}
     except SiteConfigError as exc:
-        return CheckResult("data", FAIL, str(exc), "edit the site configuration (docs/site-it-guide.md)")
-    empty = [f"{name} ({path})" for name, path in folders.items() if not any(path.iterdir())]
-    if empty:
-        return CheckResult("data", FAIL, f"empty data folders: {', '.join(empty)}", "copy or generate the site's data there")
-    return CheckResult("data", OK, ", ".join(f"{name}: {path}" for name, path in folders.items()))
+        return [CheckResult("data", FAIL, str(exc), _FIX_CONFIG)]
+    if not config.datasets:
+        return [CheckResult("data", FAIL, f"{config.path}: no datasets configured", 'add "datasets": {"name": "/path"}')]
+    return [_check_dataset(config, kit.site_name, key, deep, progress) for key in config.datasets]
+
+
+def _check_dataset(config: SiteConfig, site_name: str, key: str, deep: bool, progress: DataProgress | None) -> CheckResult:
+    from site_agent.data.inspection import KNOWN_CONTENT, inspect_folder  # torch, MONAI, pydicom: seconds, so not at import
+    from site_agent.data.reader import DataError
+
+    name = f"data {key}"
+    try:
+        folder = config.data_dir(key, site_name)
+    except SiteConfigError as exc:
+        return CheckResult(name, FAIL, str(exc), _FIX_CONFIG)
+    if not any(folder.iterdir()):
+        return CheckResult(name, FAIL, f"{folder}: empty", "copy or generate the site's data there")
+    try:
+        found = inspect_folder(folder, deep, None if progress is None else partial(progress, key))
+    except DataError as exc:
+        return CheckResult(name, FAIL, str(exc), _FIX_DATA)
+    if found is None:
+        return CheckResult(name, WARN, f"{folder}: not checked, it holds none of {KNOWN_CONTENT}",
+                           f"check that {key!r} points at the data folder itself, not a folder above it")
+    detail = f"{folder}: {found.kind}, {found.summary}"
+    if found.problems:
+        return CheckResult(name, FAIL, f"{detail}; {len(found.problems)} problem(s) listed below", _FIX_DATA,
+                           tuple(found.problems))
+    return CheckResult(name, OK, detail)
 
 
 def check_device(kit: SiteKit) -> CheckResult:
@@ -136,19 +170,26 @@ def check_disk(kit: SiteKit) -> CheckResult:
     return CheckResult("disk", OK, detail)
 
 
-CHECKS: tuple[Callable[[SiteKit], CheckResult], ...] = (check_certificate, check_policy, check_server, check_data, check_device, check_disk)
+CHECKS: tuple[Callable[[SiteKit], CheckResult | list[CheckResult]], ...] = (
+    check_certificate, check_policy, check_server, check_data, check_device, check_disk
+)
 
 
-def run_checks(kit_dir: Path, skip_server: bool = False) -> list[CheckResult]:
+def run_checks(
+    kit_dir: Path, skip_server: bool = False, deep: bool = False, progress: DataProgress | None = None
+) -> list[CheckResult]:
+    """Every check's rows; `deep` makes the data check read every case and image (reporting to `progress`)."""
     try:
         kit = SiteKit.open(kit_dir)
     except KitError as exc:
         return [CheckResult("startup kit", FAIL, str(exc), "point --kit at the unpacked startup kit")]
-    results = [CheckResult("startup kit", OK, f"site {kit.site_name}, server {kit.server_host}:{kit.server_port}, agent {__version__}")]
+    results = [CheckResult("startup kit", OK,
+                           f"site {kit.site_name}, server {kit.server_host}:{kit.server_port}, agent {__version__}")]
     for check in CHECKS:
         if skip_server and check is check_server:
             continue
-        results.append(check(kit))
+        found = check_data(kit, deep, progress) if check is check_data else check(kit)
+        results.extend(found if isinstance(found, list) else [found])
     return results
 
 
@@ -156,22 +197,40 @@ def format_table(results: list[CheckResult]) -> str:
     width = max(len(r.name) for r in results)
     lines = [f"{'CHECK'.ljust(width)}  STATUS  DETAIL"]
     lines += [f"{r.name.ljust(width)}  {r.status.ljust(6)}  {r.detail}" for r in results]
+    for r in results:
+        if r.problems:
+            lines += ["", f"{r.name}: {len(r.problems)} problem(s):"] + [f"  {problem}" for problem in r.problems]
     fixes = [f"  {r.name}: {r.fix}" for r in results if r.status != OK and r.fix]
     if fixes:
         lines += ["", "To fix:"] + fixes
     return "\n".join(lines)
 
 
+def progress_bar(stream: TextIO) -> DataProgress:
+    """A bar per dataset key, redrawn in place on `stream`: `data isic [#########.....] 120/400`."""
+
+    def show(key: str, done: int, total: int) -> None:
+        filled = _BAR_WIDTH * done // total
+        stream.write(f"\rdata {key} [{'#' * filled}{'.' * (_BAR_WIDTH - filled)}] {done}/{total}")
+        stream.write("\n" if done == total else "")
+        stream.flush()
+
+    return show
+
+
 def _run(args: argparse.Namespace) -> int:
-    results = run_checks(Path(args.kit), skip_server=args.skip_server)
+    progress = progress_bar(sys.stderr) if args.deep else None
+    results = run_checks(Path(args.kit), skip_server=args.skip_server, deep=args.deep, progress=progress)
     print(format_table(results))
     failed = [r.name for r in results if r.status == FAIL]
     print(f"\n{'FAILED: ' + ', '.join(failed) if failed else 'all checks passed'}")
     return 1 if failed else 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("check", help="preflight: startup kit, certificates, server, data, device, disk")
     parser.add_argument("--kit", required=True, help="folder of this site's startup kit")
     parser.add_argument("--skip-server", action="store_true", help="do not contact the server (e.g. before it runs)")
+    parser.add_argument("--deep", action="store_true",
+                        help="read every case and image of every dataset (not just one), listing each bad file")
     parser.set_defaults(func=_run)

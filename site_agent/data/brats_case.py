@@ -37,6 +37,8 @@ REFERENCE_MODALITY = "t1ce"
 """The grid every other series (and the label) must match, or is resampled onto with grid="resample"."""
 DEFAULT_DICOM_FOLDERS: Mapping[str, str] = {"t1": "T1", "t1ce": "T1GD", "t2": "T2", "flair": "FLAIR"}
 LABEL_SUFFIX = "_seg"
+DATALIST_NAME = "datalist.json"
+"""Where a site's decathlon-style datalist lies in its glioma folder (written by the demo data; optional)."""
 
 GridPolicy = Literal["refuse", "resample"]
 _READERS: tuple[ImageReader, ...] = (DicomSeriesReader(), NiftiReader())

@@ -20,11 +20,12 @@ def _linear(args: argparse.Namespace) -> int:
 
 def _brats(args: argparse.Namespace) -> int:
     from site_agent.data import synthetic_brats
+    from site_agent.data.brats_case import DATALIST_NAME
 
     cases = synthetic_brats.write_brats_site(
         Path(args.out), args.site_index, args.cases, (args.size,) * 3, args.seed, args.layout, LABEL_MAPS[args.label_map]
     )
-    print(f"wrote {len(cases)} {args.layout} cases of {args.size}^3 voxels and {Path(args.out) / synthetic_brats.DATALIST_NAME}")
+    print(f"wrote {len(cases)} {args.layout} cases of {args.size}^3 voxels and {Path(args.out) / DATALIST_NAME}")
     return 0
 
 

@@ -17,11 +17,17 @@ import numpy as np
 from pydicom.uid import generate_uid
 
 from fl_contract.labels import BRATS_2021, LabelMap
-from site_agent.data.brats_case import DEFAULT_DICOM_FOLDERS, MODALITIES, BratsCase, discover_cases, write_datalist
+from site_agent.data.brats_case import (
+    DATALIST_NAME,
+    DEFAULT_DICOM_FOLDERS,
+    MODALITIES,
+    BratsCase,
+    discover_cases,
+    write_datalist,
+)
 from site_agent.data.dicom_series import SeriesIds, write_dicom_series
 from site_agent.data.nifti import write_nifti
 
-DATALIST_NAME = "datalist.json"
 # Relative signal of (background, brain, edema, enhancing rim, necrotic core) per modality.
 _TISSUE_SIGNAL: Mapping[str, tuple[float, ...]] = {
     "t1": (0.0, 0.60, 0.45, 0.50, 0.25),

@@ -9,6 +9,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
+from data.malformed import poison_voxel
 
 from fl_contract.labels import BRATS_2021, BRATS_2023
 from site_agent.data.brats_case import (
@@ -247,20 +248,12 @@ def test_empty_site_folder_is_refused(tmp_path):
     assert str(tmp_path) in str(error.value) and "one sub-folder per case" in str(error.value)
 
 
-def _poison(path: Path, value: float) -> None:
-    """Overwrite one voxel of a NIfTI modality with `value` (NaN or infinite, as a failed preprocessing leaves)."""
-    image = read_nifti(path)
-    array = image.array[0].copy()
-    array[3, 4, 5] = value
-    write_nifti(path, array, image.affine)
-
-
 @pytest.mark.parametrize(("value", "counts"), [(np.nan, "1 NaN, 0 infinite"), (np.inf, "0 NaN, 1 infinite")])
 def test_nan_or_infinite_voxels_in_a_nifti_modality_are_refused(tmp_path, value, counts):
     # Prepare
     site = _site(tmp_path, "nifti")
     path = site / "Site1_000" / "Site1_000_t2.nii.gz"
-    _poison(path, value)
+    poison_voxel(path, value)
 
     # Execute
     with pytest.raises(DataError) as error:
@@ -297,7 +290,7 @@ def test_a_bad_case_reached_through_the_dataset_raises_the_data_error_itself(tmp
     # Prepare: the second case (beyond the cached half) has a NaN voxel
     site = _site(tmp_path, "nifti", n_cases=2)
     path = site / "Site1_001" / "Site1_001_flair.nii.gz"
-    _poison(path, np.nan)
+    poison_voxel(path, np.nan)
     cases = discover_cases(site)
 
     # Execute

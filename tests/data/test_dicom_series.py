@@ -8,10 +8,8 @@ from pathlib import Path
 import numpy as np
 import pydicom
 import pytest
+from data.malformed import write_raw_header
 from pydicom.data import get_testdata_file
-from pydicom.datadict import dictionary_VR
-from pydicom.dataelem import RawDataElement
-from pydicom.tag import Tag
 
 from site_agent.data import dicom_series
 from site_agent.data.dicom_series import DicomSeriesReader, SeriesIds, read_dicom_series, series_files, write_dicom_series
@@ -252,18 +250,6 @@ def test_reader_interface(tmp_path):
     assert reader.read(tmp_path / "series").spatial_shape == (6, 5, 8)
 
 
-def _edit(paths: list[Path], **values: str) -> None:
-    """Write header values as the raw text a hospital's export may hold (values separated by backslashes), past
-    pydicom's value checks."""
-    for path in paths:
-        ds = pydicom.dcmread(path)
-        for keyword, text in values.items():
-            tag = Tag(keyword)
-            raw = text.encode("ascii") + b" " * (len(text) % 2)
-            ds[tag] = RawDataElement(tag, dictionary_VR(tag), len(raw), raw, 0, False, True)
-        ds.save_as(path)
-
-
 @pytest.mark.parametrize(
     ("keyword", "value", "expected"),
     [
@@ -285,7 +271,7 @@ def test_bad_header_values_name_the_file_the_tag_and_the_fix(tmp_path, keyword, 
     # Prepare
     paths = _write(tmp_path / "series", _volume())
     bad = paths if where == "every slice" else paths[3:4]
-    _edit(bad, **{keyword: value})
+    write_raw_header(bad, **{keyword: value})
 
     # Execute
     with pytest.raises(DataError) as error:
@@ -300,7 +286,7 @@ def test_bad_header_values_name_the_file_the_tag_and_the_fix(tmp_path, keyword, 
 def test_orientation_written_with_few_decimals_is_accepted(tmp_path):
     # Prepare: cosines of a 45-degree rotation truncated to 4 decimals, as some exporters write them
     paths = _write(tmp_path / "series", _volume(), affine=np.diag([-1.0, -1.0, 1.0, 1.0]))
-    _edit(paths, ImageOrientationPatient="0.7071\\0.7071\\0\\-0.7071\\0.7071\\0")
+    write_raw_header(paths, ImageOrientationPatient="0.7071\\0.7071\\0\\-0.7071\\0.7071\\0")
 
     # Execute
     image = read_dicom_series(tmp_path / "series")
@@ -312,7 +298,7 @@ def test_orientation_written_with_few_decimals_is_accepted(tmp_path):
 def test_a_slice_on_another_frame_of_reference_is_named(tmp_path):
     # Prepare
     paths = _write(tmp_path / "series", _volume())
-    _edit(paths[5:6], FrameOfReferenceUID="1.2.3.999")
+    write_raw_header(paths[5:6], FrameOfReferenceUID="1.2.3.999")
 
     # Execute
     with pytest.raises(DataError) as error:
@@ -327,7 +313,7 @@ def test_a_slice_on_another_frame_of_reference_is_named(tmp_path):
 def test_single_slice_series_needs_a_positive_slice_spacing(tmp_path):
     # Prepare
     [path] = _write(tmp_path / "series", _volume((6, 5, 1)))
-    _edit([path], SpacingBetweenSlices="0")
+    write_raw_header([path], SpacingBetweenSlices="0")
 
     # Execute
     with pytest.raises(DataError) as error:

@@ -10,6 +10,7 @@ import monai.data
 import numpy as np
 import pytest
 import torch
+from data.malformed import claim_size
 from monai.transforms import Compose, EnsureTyped, Resized, ScaleIntensityRanged
 from torch.utils.data import DataLoader
 
@@ -250,14 +251,6 @@ def test_flamby_centre_errors(lesion_id, source, expected):
         flamby_center(lesion_id, source)
 
 
-def _claim_size(jpeg: Path, width: int, height: int) -> None:
-    """Rewrite a JPEG's frame header to claim `width` x `height` pixels: a decompression bomb's few bytes."""
-    data = bytearray(jpeg.read_bytes())
-    frame = data.index(b"\xff\xc0")  # start of frame: marker, length (2), precision (1), height (2), width (2)
-    data[frame + 5 : frame + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
-    jpeg.write_bytes(bytes(data))
-
-
 @pytest.mark.parametrize(
     ("width", "height", "claimed"),
     [(60_000, 60_000, "3600000000 pixels"), (8_000, 7_000, "8000 x 7000 = 56000000 pixels")],
@@ -266,7 +259,7 @@ def _claim_size(jpeg: Path, width: int, height: int) -> None:
 def test_an_image_claiming_too_many_pixels_is_refused_by_name_before_decoding(tmp_path, width, height, claimed):
     # Prepare
     records = read_isic_site(_site(tmp_path), PLAYERFL_CLASSES)
-    _claim_size(records[1].path, width, height)
+    claim_size(records[1].path, width, height)
 
     # Execute
     with pytest.raises(DataError) as read_error:

@@ -9,6 +9,9 @@ import shutil
 import pytest
 
 from provisioning.provision import customise, load_template, provision
+from site_agent.cli import main
+from site_agent.data.isic import IMAGE_FOLDER
+from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.kit import KitError, verify_certificate_chain
 from site_agent.preflight import format_table, run_checks
 from site_agent.site_config import SiteConfig, SiteConfigError, write_site_config
@@ -46,7 +49,7 @@ def test_key_from_another_kit_is_refused(two_federations):
 
 def test_expired_certificate_is_refused(two_federations):
     startup = two_federations[0].kit("site-1") / "startup"
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=400)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=400)
 
     with pytest.raises(KitError, match="expired on .* re-provision"):
         verify_certificate_chain(startup / "client.crt", startup / "client.key", startup / "rootCA.pem", now=later)
@@ -61,7 +64,7 @@ def test_check_fails_with_reason_and_fix_for_missing_data(two_federations, tmp_p
 
     assert results["certificate"].status == "OK"
     assert results["site policy"].status == "OK"
-    assert results["data"].status == "FAIL" and "nowhere, which is not a folder" in results["data"].detail
+    assert results["data linear"].status == "FAIL" and "nowhere, which is not a folder" in results["data linear"].detail
     assert "To fix:" in format_table(list(results.values()))
 
 
@@ -108,3 +111,21 @@ def test_check_warns_when_the_kit_predates_the_agents_job_classes(two_federation
     [policy] = [r for r in run_checks(kit, skip_server=True) if r.name == "site policy"]
 
     assert policy.status == "WARN" and "LinearRegressionTask" in policy.detail and "re-provisioned kit" in policy.fix
+
+
+def test_deep_check_from_the_command_line_lists_each_bad_file_and_exits_1(two_federations, tmp_path, capsys):
+    kit = tmp_path / "site-1"
+    shutil.copytree(two_federations[0].kit("site-1"), kit)
+    site = write_isic_site(tmp_path / "isic", 1, n_images=12, size=24)
+    broken = sorted((site / IMAGE_FOLDER).iterdir())[4]
+    broken.write_bytes(b"\xff\xd8 not a jpeg")
+    write_site_config(kit, {"isic": str(site)})
+
+    quick = main(["check", "--kit", str(kit), "--skip-server"])
+    quick_out = capsys.readouterr().out
+    deep = main(["check", "--kit", str(kit), "--skip-server", "--deep"])
+    deep_out, deep_err = capsys.readouterr()
+
+    assert quick == 0 and "data isic" in quick_out and "12 images" in quick_out
+    assert deep == 1 and "data isic: 1 problem(s):" in deep_out and f"  {broken}: image does not decode" in deep_out
+    assert "FAILED: data isic" in deep_out and deep_err.endswith("data isic [##############################] 12/12\n")
