@@ -151,6 +151,17 @@ class LoopbackFederation:
         psutil.wait_procs(alive, timeout=5.0)
         participant.process.wait(timeout=5.0)
 
+    def kill_participant(self, name: str) -> None:
+        """Kill one participant and its job processes at once (SIGKILL, by PID), as a crash or power loss would."""
+        processes = self._process_tree(name)
+        for proc in processes:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(processes, timeout=10.0)
+        self.participants[name].process.wait(timeout=10.0)
+
     def __enter__(self) -> LoopbackFederation:
         return self
 

@@ -1,4 +1,5 @@
-"""The security policy written into every startup kit: exact class allow-lists, authorization, site guard.
+"""The security policy written into every startup kit: exact class allow-lists, authorization, site guard, and each
+site's default privacy policy (site_agent.policy, which the hospital then edits).
 
 The allow-lists name exact classes, never package prefixes: FLARE matches entries as prefixes, and a package
 prefix admits every callable reachable through our modules (imported helpers included).
@@ -6,10 +7,13 @@ prefix admits every callable reachable through our modules (imported helpers inc
 
 from __future__ import annotations
 
-from jobs.registry import server_classes, site_classes
+from typing import Any
+
+from jobs.registry import kinds, server_classes, site_classes
+from site_agent.policy import SitePolicy
 from site_agent.site_guard import SITE_GUARD_PATH
 
-DEFAULT_ACCEPTED_ROLES = ["project_admin", "lead"]
+DEFAULT_ACCEPTED_ROLES = list(SitePolicy().accepted_submitter_roles)
 # FLARE adds these to every job: sites stream job logs (unless switched off), the server receives them.
 JOB_LOG_STREAMER = "nvflare.app_common.logging.job_log_streamer.JobLogStreamer"
 JOB_LOG_RECEIVER = "nvflare.app_common.logging.job_log_receiver.JobLogReceiver"
@@ -25,15 +29,32 @@ def server_allow_list() -> list[str]:
     return sorted({*server_classes(), JOB_LOG_RECEIVER})
 
 
-def site_guard_component(accepted_roles: list[str]) -> dict:
-    return {"id": "site_guard", "path": SITE_GUARD_PATH, "args": {"accepted_submitter_roles": list(accepted_roles)}}
+JOB_RECOVERY = "server_app.recovery.JobRecovery"
+SERVER_HEARTBEAT_TIMEOUT_S = 20
+"""A site whose client sends no heartbeat (every 10 s) for this long is gone; FLARE's kits say 600."""
+
+
+def job_recovery_component(resume: bool = True) -> dict[str, Any]:
+    """The server component that closes and resumes the jobs a server restart interrupted (server_app.recovery)."""
+    return {"id": "job_recovery", "path": JOB_RECOVERY, "args": {"resume": resume}}
+
+
+def site_guard_component() -> dict[str, Any]:
+    """The guard, told which site task each job kind runs (so a job cannot run one kind's task as another kind)."""
+    return {"id": "site_guard", "path": SITE_GUARD_PATH,
+            "args": {"kind_tasks": {name: kind.site_task for name, kind in kinds().items()}}}
+
+
+def default_site_policy(accepted_roles: list[str]) -> SitePolicy:
+    """Every registered job kind, the given submitter roles, no remote shell; the other fields at their defaults."""
+    return SitePolicy(allowed_job_kinds=tuple(kinds()), accepted_submitter_roles=tuple(accepted_roles))
 
 
 # Every right written out: FLARE's "any" for a role would include byoc (custom code in jobs).
 _ADMIN_RIGHTS = ["submit_job", "clone_job", "manage_job", "download_job", "view", "operate", "shell_commands"]
 
 
-def authorization_policy() -> dict:
+def authorization_policy() -> dict[str, Any]:
     project_admin = {right: "any" for right in _ADMIN_RIGHTS}
     org_admin = {"submit_job": "none", "clone_job": "none", "manage_job": "o:submitter", "download_job": "o:submitter",
                  "view": "any", "operate": "o:site", "shell_commands": "o:site"}

@@ -3,29 +3,37 @@ every site and every admin, each with the security policy of `provisioning.polic
 
 Certificates and kits are made by FLARE's own `nvflare provision`; this command only chooses the participants and
 then writes, per kit: `local/resources.json` (exact class allow-list in enforce mode; sites: the site guard;
-server: job and snapshot storage inside the federation's workspace) and `local/authorization.json` (no role has
-the byoc right).
+server: job and snapshot storage inside the federation's workspace), `local/authorization.json` (no role has
+the byoc right) and, at sites, the default privacy policy `local/site_policy.json`. Private keys, including the root
+CA's in `<workspace>/<project>/state/cert.json`, are left readable by their owner only, in folders only the owner
+can enter.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from provisioning.policy import (
     DEFAULT_ACCEPTED_ROLES,
+    SERVER_HEARTBEAT_TIMEOUT_S,
     authorization_policy,
+    default_site_policy,
+    job_recovery_component,
     server_allow_list,
     site_allow_list,
     site_guard_component,
 )
+from site_agent.policy import write_policy
 
 TEMPLATE = Path(__file__).with_name("project.yml")
 ADMIN_ROLES = ("project_admin", "org_admin", "lead", "member", "super")
@@ -44,14 +52,19 @@ class Federation:
     def kit(self, name: str) -> Path:
         return self.kits_dir / name
 
+    @property
+    def ca_state(self) -> Path:
+        """FLARE's provisioning state: it holds the root CA's private key, which signs every kit of this project."""
+        return self.kits_dir.parent / "state"
 
-def load_template(path: Path | None) -> dict:
-    text = Path(path or TEMPLATE).read_text()
-    return yaml.safe_load(text)
+
+def load_template(path: Path | None) -> dict[str, Any]:
+    project: dict[str, Any] = yaml.safe_load(Path(path or TEMPLATE).read_text())
+    return project
 
 
-def customise(project: dict, name: str | None = None, sites: list[str] | None = None, admins: dict[str, str] | None = None,
-              port: int | None = None) -> dict:
+def customise(project: dict[str, Any], name: str | None = None, sites: list[str] | None = None,
+              admins: dict[str, str] | None = None, port: int | None = None) -> dict[str, Any]:
     """Replace the template's project name, sites, admins or server port; a new site gets an org named after it."""
     project = dict(project)
     participants = list(project["participants"])
@@ -62,7 +75,8 @@ def customise(project: dict, name: str | None = None, sites: list[str] | None = 
         server = {**server, "fed_learn_port": port}
         server.pop("admin_port", None)
     if sites is not None:
-        participants = [p for p in participants if p["type"] != "client"] + [{"name": s, "type": "client", "org": re.sub(r"\W", "_", s)} for s in sites]
+        participants = [p for p in participants if p["type"] != "client"] + [
+            {"name": s, "type": "client", "org": re.sub(r"\W", "_", s)} for s in sites]
     if admins is not None:
         for role in admins.values():
             if role not in ADMIN_ROLES:
@@ -81,12 +95,12 @@ def _latest_prod_dir(workspace: Path, project: str) -> Path:
     return prods[-1]
 
 
-def _write_json(path: Path, content: dict) -> None:
+def _write_json(path: Path, content: dict[str, Any]) -> None:
     path.write_text(json.dumps(content, indent=2) + "\n")
 
 
 def write_site_policy(kit: Path, accepted_roles: list[str], stream_logs: bool = False) -> None:
-    """Site resources: exact allow-list, site guard, and log streaming off unless asked for.
+    """Site resources: exact allow-list, site guard, log streaming off unless asked for; the default privacy policy.
 
     Site logs name local files (our errors say which case is broken), so by default they stay at the site:
     FLARE's job-log and error-log streaming to the server are switched off.
@@ -99,9 +113,10 @@ def write_site_policy(kit: Path, accepted_roles: list[str], stream_logs: bool = 
         c for c in resources.get("components", [])
         if c.get("id") != "site_guard" and (stream_logs or not c.get("path", "").endswith(".SiteLogStreamer"))
     ]
-    resources["components"].append(site_guard_component(accepted_roles))
+    resources["components"].append(site_guard_component())
     _write_json(kit / "local" / "resources.json", resources)
     _write_json(kit / "local" / "authorization.json", authorization_policy())
+    write_policy(kit / "local", default_site_policy(accepted_roles))
 
 
 def write_server_policy(kit: Path, storage: Path) -> None:
@@ -112,12 +127,32 @@ def write_server_policy(kit: Path, storage: Path) -> None:
     for component in resources["components"]:
         if component["id"] == "job_manager":
             component["args"]["uri_root"] = str(storage / "jobs")
+    resources["components"] = [c for c in resources["components"] if c.get("id") != "job_recovery"]
+    resources["components"].append(job_recovery_component())
+    for server in resources.get("servers", []):
+        server["heart_beat_timeout"] = SERVER_HEARTBEAT_TIMEOUT_S
     _write_json(kit / "local" / "resources.json", resources)
     _write_json(kit / "local" / "authorization.json", authorization_policy())
 
 
-def provision(project: dict, workspace: Path, accepted_roles: list[str] | None = None, server_storage: Path | None = None,
-              stream_site_logs: bool = False) -> Federation:
+def protect_private_keys(federation: Federation) -> None:
+    """Owner-only modes on the CA state (0700, files 0600) and on every kit's startup folder (0700) and keys (0600).
+
+    FLARE writes `state/cert.json`, which holds the root CA's private key, world-readable: anyone who reads it can
+    sign a site or admin certificate the whole federation trusts.
+    """
+    owner_only: list[tuple[Path, int]] = [(federation.ca_state, 0o700)]
+    owner_only += [(path, 0o600) for path in federation.ca_state.rglob("*") if path.is_file()]
+    for kit in federation.kits_dir.iterdir():
+        if (kit / "startup").is_dir():
+            owner_only.append((kit / "startup", 0o700))
+            owner_only += [(key, 0o600) for key in (kit / "startup").glob("*.key")]
+    for path, mode in owner_only:
+        os.chmod(path, mode)
+
+
+def provision(project: dict[str, Any], workspace: Path, accepted_roles: list[str] | None = None,
+              server_storage: Path | None = None, stream_site_logs: bool = False) -> Federation:
     """Provision `project` into `workspace` and write our policy into every kit."""
     workspace = Path(workspace).resolve()
     workspace.mkdir(parents=True, exist_ok=True)
@@ -136,7 +171,9 @@ def provision(project: dict, workspace: Path, accepted_roles: list[str] | None =
     write_server_policy(kits_dir / server, Path(server_storage) if server_storage else kits_dir / server / "storage")
     for site in sites:
         write_site_policy(kits_dir / site, accepted_roles or DEFAULT_ACCEPTED_ROLES, stream_site_logs)
-    return Federation(project["name"], kits_dir, server, sites, admins)
+    federation = Federation(project["name"], kits_dir, server, sites, admins)
+    protect_private_keys(federation)
+    return federation
 
 
 def _parse_admins(values: list[str] | None) -> dict[str, str] | None:
@@ -157,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sites", help="comma-separated site names, replacing the template's")
     parser.add_argument("--admin", action="append", metavar="NAME[:ROLE]", help="admin (repeatable), replacing the template's")
     parser.add_argument("--port", type=int, help="server port for sites and admins")
-    parser.add_argument("--accepted-roles", default=",".join(DEFAULT_ACCEPTED_ROLES), help="submitter roles sites accept")
+    parser.add_argument("--accepted-roles", default=",".join(DEFAULT_ACCEPTED_ROLES),
+                        help="submitter roles sites accept (written into each site's local/site_policy.json)")
     parser.add_argument("--server-storage", type=Path, help="job/snapshot storage on the server (default: inside its kit)")
     parser.add_argument("--stream-site-logs", action="store_true",
                         help="let sites stream job and error logs to the server (off: logs may name local files)")
@@ -171,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  site:   {federation.kit(site)}  (give it to {site}'s IT with docs/site-it-guide.md)")
     for admin, role in federation.admins.items():
         print(f"  admin:  {federation.kit(admin)}  (role {role})")
+    print(f"\nThe root CA's private key is in {federation.ca_state / 'cert.json'} (owner-only). It signs every kit of "
+          f"{federation.project}: move {federation.ca_state} offline (an encrypted medium in a safe) once the kits are "
+          "made, and bring it back only to add or replace a participant (docs/admin-guide.md).")
     return 0
 
 

@@ -1,0 +1,149 @@
+"""Faults on a real provisioned federation: an abort, a site that dies mid-job, the server killed and restarted.
+
+Each ends in a named result: the job finishes without the dead site, stops as "aborted" with its completed rounds,
+or resumes after the restart from its last completed round with the same final model an uninterrupted run gives.
+Processes are killed by their own PIDs (SIGKILL, as a crash would).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from nvflare.fuel.flare_api.flare_api import Session
+from support import ADMIN, SITES, provision_demo_federation
+
+from jobs.admin import follow_job
+from jobs.common import build_job, export
+from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
+from provisioning.loopback import LoopbackFederation
+from provisioning.provision import Federation
+from site_agent.data.linear_demo import generate_linear_sites
+
+pytestmark = pytest.mark.federation
+
+
+@pytest.fixture(scope="module")
+def fault_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Federation, LoopbackFederation]]:
+    """A federation of its own: these tests kill its processes."""
+    federation = provision_demo_federation(tmp_path_factory.mktemp("faults"))
+    loopback = LoopbackFederation(federation)
+    try:
+        loopback.start_server()
+        for site in SITES:
+            loopback.start_site(site)
+        loopback.wait_for_sites(ADMIN, SITES)
+        yield federation, loopback
+    finally:
+        loopback.stop(ADMIN)
+
+
+def _reference_weights(rounds: int) -> list[float]:
+    """The reference FedAvg run of ALGORITHMS.md in numpy: 5 full-batch steps per site and round, sample-weighted."""
+    sites = [(x.astype(np.float64), y.astype(np.float64)) for x, y in generate_linear_sites()]
+    w = np.zeros(2)
+    for _ in range(rounds):
+        local = []
+        for x, y in sites:
+            v = w.copy()
+            for _ in range(5):
+                v -= 0.1 * 2 * x.T @ (x @ v - y) / len(y)
+            local.append(v)
+        w = sum(len(y) * v for (x, y), v in zip(sites, local, strict=True)) / sum(len(y) for _, y in sites)
+    return w.tolist()
+
+
+def _server_results(federation: Federation, job_id: str) -> dict[str, Any]:
+    path = federation.kit(federation.server) / job_id / "app_server" / "results.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _wait_for_rounds(federation: Federation, job_id: str, rounds: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(_server_results(federation, job_id).get("rounds", [])) < rounds:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} did not complete {rounds} rounds within {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def _submit(session: Session, job_dir: Path) -> str:
+    return str(session.submit_job(str(job_dir)))
+
+
+def test_abort_stops_within_a_round_and_keeps_the_completed_rounds(fault_federation, tmp_path):
+    federation, loopback = fault_federation
+    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=200)), tmp_path)
+    session = loopback.session(ADMIN)
+    try:
+        job_id = _submit(session, job_dir)
+        _wait_for_rounds(federation, job_id, 2)
+        aborted_at = time.monotonic()
+        session.abort_job(job_id)
+        outcome = follow_job(session, job_id, timeout=120, progress=None)
+        stopped_in = time.monotonic() - aborted_at
+    finally:
+        session.close()
+
+    results = json.loads((outcome.server_app_dir() / "results.json").read_text())
+    assert outcome.status == "FINISHED:ABORTED" and stopped_in < 30, (outcome.status, stopped_in)
+    assert results["status"] == "aborted" and "aborted during round" in results["error"]
+    assert 2 <= len(results["rounds"]) < 200
+    assert (outcome.server_app_dir() / "global_model.pt").is_file()
+
+
+def test_a_site_killed_mid_job_is_named_and_the_job_finishes_without_it(fault_federation, tmp_path):
+    federation, loopback = fault_federation
+    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=6, min_clients=2)), tmp_path)
+    session = loopback.session(ADMIN)
+    try:
+        job_id = _submit(session, job_dir)
+        _wait_for_rounds(federation, job_id, 2)
+        killed_at = time.monotonic()
+        loopback.kill_participant("site-3")
+        _wait_for_rounds(federation, job_id, 3, timeout=60)
+        noticed_in = time.monotonic() - killed_at
+        outcome = follow_job(session, job_id, timeout=300, progress=None)
+    finally:
+        session.close()
+        loopback.start_site("site-3")
+        loopback.wait_for_sites(ADMIN, SITES)
+
+    results = json.loads((outcome.server_app_dir() / "results.json").read_text())
+    assert outcome.completed, outcome.refusal()
+    assert noticed_in < 45, noticed_in
+    after = [r for r in results["rounds"] if "site-3" not in r["sites"]]
+    assert after and all(set(r["sites"]) == {"site-1", "site-2"} for r in after)
+    assert "no answer" in after[0]["outcomes"]["site-3"]
+
+
+def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_federation, tmp_path):
+    federation, loopback = fault_federation
+    rounds = 8
+    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=rounds)), tmp_path)
+    session = loopback.session(ADMIN)
+    try:
+        job_id = _submit(session, job_dir)
+        _wait_for_rounds(federation, job_id, 3)
+    finally:
+        session.close()
+    loopback.kill_participant(federation.server)
+    loopback.start_server()
+    loopback.wait_for_sites(ADMIN, SITES)
+    session = loopback.session(ADMIN)
+    try:
+        interrupted = session.get_job_meta(job_id)
+        outcome = follow_job(session, job_id, timeout=300, progress=None)
+    finally:
+        session.close()
+
+    results = json.loads((outcome.server_app_dir() / "results.json").read_text())
+    assert interrupted["status"] == "FINISHED:ABNORMAL" and interrupted["resumed_as"] == outcome.job_id
+    assert outcome.completed, outcome.refusal()
+    assert results["resumed_after_round"] >= 3
+    assert [r["round"] for r in results["rounds"]] == list(range(1, rounds + 1))
+    assert results["rounds"][-1]["global_weights"]["weight"] == pytest.approx(_reference_weights(rounds), abs=1e-5)
