@@ -24,7 +24,8 @@ WARN_FREE_GIB = 20.0
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 _FIX_CONFIG = "edit the site configuration (docs/site-it-guide.md)"
-_FIX_DATA = "fix or remove what each line names, as it says (docs/site-data.md); `--deep` reads every case and image"
+_FIX_DATA = "fix or remove what each line names, as it says (docs/site-data.md)"
+_READ_ALL = "; `--deep` reads every case and image, listing each bad one"
 _BAR_WIDTH = 30
 
 DataProgress = Callable[[str, int, int], None]
@@ -132,14 +133,14 @@ def _check_dataset(config: SiteConfig, site_name: str, key: str, deep: bool, pro
     try:
         found = inspect_folder(folder, deep, None if progress is None else partial(progress, key))
     except DataError as exc:
-        return CheckResult(name, FAIL, str(exc), _FIX_DATA)
+        return CheckResult(name, FAIL, str(exc), _FIX_DATA + ("" if deep else _READ_ALL))
     if found is None:
         return CheckResult(name, WARN, f"{folder}: not checked, it holds none of {KNOWN_CONTENT}",
                            f"check that {key!r} points at the data folder itself, not a folder above it")
     detail = f"{folder}: {found.kind}, {found.summary}"
     if found.problems:
-        return CheckResult(name, FAIL, f"{detail}; {len(found.problems)} problem(s) listed below", _FIX_DATA,
-                           tuple(found.problems))
+        return CheckResult(name, FAIL, f"{detail}; {len(found.problems)} problem(s) listed below",
+                           _FIX_DATA + ("" if deep else _READ_ALL), tuple(found.problems))
     return CheckResult(name, OK, detail)
 
 

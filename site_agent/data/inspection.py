@@ -107,7 +107,7 @@ def inspect_folder(folder: Path, deep: bool = False, progress: Progress | None =
         if progress is not None:
             progress(done, len(chosen))
     across, more = listing.conclude(notes) if listing.conclude else (", ".join(dict.fromkeys(notes.values())), [])
-    read = f"all {len(chosen)} read" if deep else (f"{Path(chosen[0].name).name} read" if chosen else "nothing to read")
+    read = f"all {len(chosen)} read" if len(chosen) > 1 else (f"{Path(chosen[0].name).name} read" if chosen else "")
     summary = "; ".join(part for part in (listing.summary, read, across) if part)
     return Inspection(listing.kind, summary, len(chosen), problems + more)
 
