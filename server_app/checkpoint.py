@@ -62,7 +62,8 @@ class RunCheckpoint:
         self.folder.mkdir(parents=True, exist_ok=True)
         for name, values in params.items():
             tmp = self.folder / f"{name}.tmp.npz"
-            np.savez(tmp, **{k: np.asarray(v) for k, v in values.items()})
+            arrays: dict[str, Any] = {k: np.asarray(v) for k, v in values.items()}
+            np.savez(tmp, **arrays)
             tmp.replace(self.folder / f"{name}.npz")
         record = {"completed_rounds": completed_rounds, "state": dict(state), "params": sorted(params)}
         tmp_state = self.folder / (STATE_FILE + ".tmp")

@@ -28,11 +28,14 @@ from server_app.aggregation import (
     aggregate,
     check_sample_count,
     check_update,
+    missing_sites,
     reported_samples,
     scalar_metrics,
     site_name,
+    site_outcomes,
     take_updates,
 )
+from server_app.checkpoint import workflow_checkpoint
 from server_app.metrics import WEIGHT, federation_summary
 from server_app.playerfl_split import SPLIT_RULES, SplitInputs
 from server_app.results import RunRecorder
@@ -76,15 +79,28 @@ class PLayerFLController(ModelController):
         global_params = {k: state[k].numpy().copy() for layer in layers for k in layer.keys}
         shared = self._contract.initial_shared_layers(len(layers))
         recorder = RunRecorder(Path(self.get_app_dir()), self._job_summary(layers))
-        for round_index in range(self.num_rounds):
+        checkpoint = workflow_checkpoint(self, self._job_summary(layers))
+        start = 0
+        resumed = checkpoint.load()
+        if resumed is not None:
+            start, shared, global_params = resumed.completed_rounds, int(resumed.state["shared"]), resumed.params["global"]
+            recorder.resume(resumed.state["rounds"], start)
+            self.info(f"resuming after round {start} from {checkpoint.folder}")
+        for round_index in range(start, self.num_rounds):
             self.info(f"round {round_index + 1}/{self.num_rounds}: sending the first {shared} of {len(layers)} layers")
             results = self._send(protocol.TRAIN_TASK, global_params, layers, shared, round_index)
+            if self.abort_signal.triggered:
+                return self._stop(recorder, "aborted", f"aborted during round {round_index + 1}",
+                                  {k: global_params[k] for k in prefix_keys(layers, shared)})
             check = self._check(global_params, layers, shared, round_index)
             intake = take_updates(results, self._site_names(), check, self.error)
+            outcomes = site_outcomes(intake, self._failed_sites())
             if len(intake.updates) < self.min_clients:
-                return self._fail(recorder, f"round {round_index + 1}: only {len(intake.updates)} valid updates, "
-                                            f"the job needs {self.min_clients}")
-            entry: dict[str, Any] = {"round": round_index + 1, **intake.record()}
+                failed_round = {"round": round_index + 1, **intake.record(), "outcomes": outcomes}
+                return self._fail(recorder, f"round {round_index + 1}: only {len(intake.updates)} valid updates, the job "
+                                            f"needs {self.min_clients}; " + "; ".join(f"{s}: {o}" for s, o in outcomes.items()),
+                                  failed_round=failed_round)
+            entry: dict[str, Any] = {"round": round_index + 1, **intake.record(), "outcomes": outcomes}
             if self._contract.chooses_split(round_index):
                 entry["split"] = self._split(intake, layers)
                 shared = entry["split"]["federated_layers"]
@@ -92,13 +108,20 @@ class PLayerFLController(ModelController):
             for update in intake.updates:
                 entry["sites"][update.site]["sent_layers"] = [layer.name for layer in layers if layer.keys[0] in update.params]
             recorder.add_round(entry)
+            checkpoint.save(round_index + 1, {"rounds": recorder.record["rounds"], "shared": shared}, {"global": global_params})
         results = self._send(protocol.EVALUATE_TASK, global_params, layers, shared, self.num_rounds)
+        if self.abort_signal.triggered:
+            return self._stop(recorder, "aborted", "aborted during the final evaluation",
+                              {k: global_params[k] for k in prefix_keys(layers, shared)})
         evaluation = {site_name(r): {**scalar_metrics(r), WEIGHT: int(reported_samples(r))}
                       for r in sorted(results, key=site_name)}
         if len(evaluation) < self.min_clients:
-            return self._fail(recorder, f"evaluation: only {len(evaluation)} sites answered, the job needs {self.min_clients}")
+            missing = missing_sites(self._site_names(), evaluation)
+            return self._fail(recorder, f"evaluation: only {len(evaluation)} sites answered, the job needs "
+                                        f"{self.min_clients}; no evaluation from {missing}")
         recorder.save_model({k: global_params[k] for k in prefix_keys(layers, shared)})
         recorder.finish("finished", federated_layers=shared, evaluation=evaluation, summary=federation_summary(evaluation))
+        checkpoint.clear()
 
     def _send(self, task: str, global_params: Params, layers: list[Layer], shared: int, round_index: int) -> list[FLModel]:
         """Send the first `shared` layers' global values with the method's name to every site; wait for all."""
@@ -129,9 +152,20 @@ class PLayerFLController(ModelController):
                              self.threshold, self.seed)
         return SPLIT_RULES[self.method](inputs, self.info)
 
-    def _fail(self, recorder: RunRecorder, message: str) -> None:
-        recorder.finish("failed", error=message)
+    def _fail(self, recorder: RunRecorder, message: str, **extra: Any) -> None:
+        """Stop the job, naming why; the completed rounds stay in results.json and in the checkpoint for a resume."""
+        recorder.finish("failed", error=message, **extra)
         self.panic(message)
+
+    def _stop(self, recorder: RunRecorder, status: str, reason: str, federated: Params) -> None:
+        """End early, keeping the completed rounds and the last federated layers; the checkpoint stays for a resume."""
+        recorder.save_model(federated)
+        recorder.finish(status, error=reason)
+        self.info(f"job {status}: {reason}; {len(recorder.record['rounds'])} completed rounds kept")
+
+    def _failed_sites(self) -> set[str]:
+        """Sites whose task returned an error this round (FLARE's ModelController keeps them for its own tolerance)."""
+        return set(getattr(self, "_current_failed_clients", set()))
 
     def _job_summary(self, layers: list[Layer]) -> dict[str, Any]:
         return {"workflow": "playerfl", "method": self.method, "model": self.model, "model_args": self.model_args,

@@ -18,10 +18,11 @@ from nvflare.apis.fl_component import FLComponent
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.job_def import JobMetaKey, RunStatus
 
+from fl_contract.job_meta import RESUMED_FROM_KEY
+
 INTERRUPTED = (RunStatus.RUNNING, RunStatus.DISPATCHED)
 REASON_KEY = "interrupted"
 RESUMED_AS_KEY = "resumed_as"
-RESUMED_FROM_KEY = "resumed_from"
 REASON = "the server stopped while the job was running"
 _RUN_STATE_KEYS = {key.value for key in JobMetaKey} - {
     JobMetaKey.JOB_NAME.value, JobMetaKey.JOB_FOLDER_NAME.value, JobMetaKey.DEPLOY_MAP.value,
@@ -37,7 +38,7 @@ def clone_meta(meta: dict[str, Any]) -> dict[str, Any]:
     agent version the sites check), not the interrupted run's state."""
     kept = {k: v for k, v in meta.items() if k not in _RUN_STATE_KEYS and k not in (REASON_KEY, RESUMED_AS_KEY)}
     kept[JobMetaKey.CLONED_FROM.value] = meta[JobMetaKey.JOB_ID.value]
-    kept[RESUMED_FROM_KEY] = meta[JobMetaKey.JOB_ID.value]
+    kept[RESUMED_FROM_KEY] = meta.get(RESUMED_FROM_KEY) or meta[JobMetaKey.JOB_ID.value]  # the first run
     return kept
 
 

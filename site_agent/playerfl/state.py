@@ -1,5 +1,6 @@
 """The site's state between rounds, in its own workspace: its model (with the local suffix), Ditto's personal
-model, and the best-validation snapshot. Rewritten atomically after every round, so a restarted site resumes.
+model, and the best-validation snapshot. Written atomically after every round, one file per round (the last two
+kept), so a restarted site resumes, and so does a job the server resumed from an earlier round than the site's last.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 import torch
 
 StateDict = dict[str, torch.Tensor]
-STATE_FILE = "playerfl_state.pt"
+KEEP_ROUNDS = 2
 
 
 @dataclass
@@ -30,15 +31,25 @@ class SiteState:
         return True
 
 
-def state_path(workspace_dir: Path, job_id: str) -> Path:
-    return Path(workspace_dir) / "playerfl" / job_id / STATE_FILE
+def state_folder(workspace_dir: Path, run_id: str) -> Path:
+    """Where one job's site state lives (`run_id`: the job's id, or its first run's id when the server resumed it)."""
+    return Path(workspace_dir) / "playerfl" / run_id
 
 
-def save_state(state: SiteState, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def state_path(folder: Path, round_number: int) -> Path:
+    """The state after the site's training in `round_number` (0-based), which round `round_number + 1` starts from."""
+    return folder / f"round-{round_number}.pt"
+
+
+def save_state(state: SiteState, folder: Path, round_number: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = state_path(folder, round_number)
     tmp = path.with_suffix(".tmp")
     torch.save(vars(state), tmp)
     tmp.replace(path)
+    for old in folder.glob("round-*.pt"):
+        if int(old.stem.removeprefix("round-")) <= round_number - KEEP_ROUNDS:
+            old.unlink()
 
 
 def load_state(path: Path) -> SiteState | None:

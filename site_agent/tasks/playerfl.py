@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from nvflare.apis.fl_constant import FLMetaKey
+from nvflare.apis.fl_constant import FLContextKey, FLMetaKey
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
@@ -25,6 +25,7 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from torch import nn
 from torch.utils.data import DataLoader
 
+from fl_contract.job_meta import RESUMED_FROM_KEY
 from fl_contract.models import build_model, load_numpy_params
 from fl_contract.playerfl import protocol
 from fl_contract.playerfl.layers import Layer, model_layers, prefix_keys
@@ -32,7 +33,7 @@ from site_agent.data.isic import IsicRecord
 from site_agent.playerfl.data import IsicImages, SiteSplits, load_site_splits
 from site_agent.playerfl.methods import MethodOptions, SiteMethod, site_method
 from site_agent.playerfl.sensitivity import federation_sensitivity
-from site_agent.playerfl.state import SiteState, load_state, save_state, state_path
+from site_agent.playerfl.state import SiteState, load_state, save_state, state_folder, state_path
 from site_agent.playerfl.training import LocalTrainer, LossFn, evaluate, focal_loss
 from site_agent.tasks.executor import SiteContext, TaskExecutor
 
@@ -46,7 +47,7 @@ class _Site:
     train: IsicImages
     val: DataLoader[Any]
     test: DataLoader[Any]
-    state_file: Path
+    state_folder: Path
 
 
 class PLayerFLTask(TaskExecutor):
@@ -93,7 +94,9 @@ class PLayerFLTask(TaskExecutor):
         self._site: _Site | None = None
 
     def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
-        self._job_id = fl_ctx.get_job_id() or "job"  # the state file is per job: jobs never see each other's state
+        # the state is per job (jobs never see each other's state); a job the server resumed continues its first run's
+        meta = fl_ctx.get_prop(FLContextKey.JOB_META) or {}
+        self._job_id = str(meta.get(RESUMED_FROM_KEY) or fl_ctx.get_job_id() or "job")
         return super().execute(task_name, shareable, fl_ctx, abort_signal)
 
     @cached_property
@@ -118,7 +121,7 @@ class PLayerFLTask(TaskExecutor):
             images, labels = trainer.fresh_batch()
             meta[protocol.SENSITIVITY] = federation_sensitivity(net, self.loss_fn, images, labels).to_meta()
         state.model = net.state_dict()
-        save_state(state, site.state_file)
+        save_state(state, site.state_folder, round_number)
         shared = self.layers[: int(model.meta[protocol.SHARED_LAYERS])]
         upload = _layer_values(net, self._strategy.upload(shared, ctx.site_name, round_number))
         if not upload:  # Local, or FedLP dropping every layer: only the sample count and metrics leave the site
@@ -130,7 +133,7 @@ class PLayerFLTask(TaskExecutor):
         trainer = self._trainer(site, FINETUNE_ROUND)
         self._strategy.before_evaluation(net, trainer)
         metrics = self._validate(site, state, net, trainer, int(model.total_rounds or 0))
-        save_state(state, site.state_file)
+        save_state(state, site.state_folder, int(model.current_round or 0))
         if state.best is None:  # _validate has just offered a snapshot, and a macro-F1 always beats the initial -inf
             raise RuntimeError(f"site {ctx.site_name}: no best-validation snapshot to evaluate")
         test = evaluate(trainer.model_from(state.best), site.test)
@@ -146,7 +149,9 @@ class PLayerFLTask(TaskExecutor):
         if sent_method != self.method:
             raise ValueError(f"site {ctx.site_name} runs method {self.method!r} but the server runs {sent_method!r}; fix the job")
         site = self._load_site(ctx)
-        state = load_state(site.state_file) or self._strategy.fresh_state(self._new_model().state_dict())
+        previous = int(model.current_round or 0) - 1  # the state this round starts from: after the previous round
+        saved = load_state(state_path(site.state_folder, previous)) if previous >= 0 else None
+        state = saved or self._strategy.fresh_state(self._new_model().state_dict())
         net = self._new_model()
         net.load_state_dict(state.model)
         received = model.params or {}
@@ -184,7 +189,7 @@ class PLayerFLTask(TaskExecutor):
                 return DataLoader(IsicImages(records, self.image_size), batch_size=self.batch_size)
 
             self._site = _Site(IsicImages(splits.train, self.image_size), loader(splits.val), loader(splits.test),
-                               state_path(ctx.workspace_dir, self._job_id))
+                               state_folder(ctx.workspace_dir, self._job_id))
         return self._site
 
 

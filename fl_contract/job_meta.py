@@ -1,0 +1,5 @@
+"""Job meta fields that the server writes and sites read."""
+
+RESUMED_FROM_KEY = "resumed_from"
+"""In a job the server cloned after a restart (server_app.recovery): the id of the job's first run. Sites keep a
+job's state under that id, so a resumed job finds what its earlier run left at the site."""
