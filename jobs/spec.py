@@ -127,7 +127,8 @@ class JobKind(Generic[P]):
     `site_classes` / `server_classes` list every further class its jobs may instantiate (FLARE's TensorBoard writer,
     ...) so the provisioned allow-lists admit exactly what the job kinds use. `dataset_keys` names the parameters
     whose values are keys sites map to local folders in their `site_agent.json`; `server_model_keys` the same for
-    the server's `server_app.json`. `demo` is "module:attribute" of the kind's demo entries (a list of DemoJob).
+    the server's `server_app.json`. `resumable`: its workflow checkpoints every round, so the server resumes it after
+    a restart. `demo` is "module:attribute" of the kind's demo entries (a list of DemoJob).
     """
 
     name: str
@@ -141,6 +142,7 @@ class JobKind(Generic[P]):
     site_classes: tuple[str, ...] = ()
     server_classes: tuple[str, ...] = ()
     job_name: Callable[[P], str] | None = None
+    resumable: bool = True
     demo: str | None = None
     guide: str = ""
 

@@ -3,7 +3,8 @@
 FLARE 2.9 does not restart a job's process when the server comes back: the job stays RUNNING in the job store with
 no process anywhere, and `abort_job` answers that it is not running. This component, configured by `fl-provision`
 in the server kit's `local/resources.json`, runs in the server's main process at start-up: it marks every job that
-was RUNNING or DISPATCHED as FINISHED:ABNORMAL with the reason in its meta, and (unless switched off) clones it.
+was RUNNING or DISPATCHED as FINISHED:ABNORMAL with the reason in its meta, and (unless switched off) clones the
+resumable ones (jobs record it in their meta; a one-shot FedKT-CSD job is not: its admin resubmits it).
 The clone has the same name and configuration, so its workflow finds the checkpoint the interrupted run wrote
 after its last completed round (`server_app.checkpoint`) and goes on from there; the original's meta names the
 clone (`resumed_as`) so the admin's tools can follow it.
@@ -18,7 +19,7 @@ from nvflare.apis.fl_component import FLComponent
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.job_def import JobMetaKey, RunStatus
 
-from fl_contract.job_meta import RESUMED_FROM_KEY
+from fl_contract.job_meta import RESUMABLE_KEY, RESUMED_FROM_KEY
 
 INTERRUPTED = (RunStatus.RUNNING, RunStatus.DISPATCHED)
 REASON_KEY = "interrupted"
@@ -56,10 +57,12 @@ class JobRecovery(FLComponent):
         for job in manager.get_jobs_by_status(list(INTERRUPTED), fl_ctx):
             meta = dict(job.meta)
             update: dict[str, Any] = {REASON_KEY: REASON}
-            if self.resume:
+            if self.resume and meta.get(RESUMABLE_KEY):
                 clone = manager.clone(from_jid=job.job_id, meta=clone_meta(meta), fl_ctx=fl_ctx)
                 update[RESUMED_AS_KEY] = clone.get(JobMetaKey.JOB_ID.value)
+            else:
+                update[REASON_KEY] = f"{REASON}; it does not resume by itself: submit it again"
             manager.update_meta(job.job_id, update, fl_ctx)
             manager.set_status(job.job_id, RunStatus.FINISHED_ABNORMAL, fl_ctx)
-            resumed = f"; resumed as job {update[RESUMED_AS_KEY]}" if self.resume else ""
-            self.log_warning(fl_ctx, f"job {job.job_id} ({meta.get(JobMetaKey.JOB_NAME.value)}): {REASON}{resumed}")
+            resumed = f"; resumed as job {update[RESUMED_AS_KEY]}" if RESUMED_AS_KEY in update else ""
+            self.log_warning(fl_ctx, f"job {job.job_id} ({meta.get(JobMetaKey.JOB_NAME.value)}): {update[REASON_KEY]}{resumed}")
