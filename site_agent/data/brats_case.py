@@ -244,18 +244,16 @@ def read_datalist(path: Path) -> list[BratsCase]:
     """The cases of a datalist JSON written by `write_datalist` (relative paths resolved against its folder)."""
     path = Path(path)
     try:
-        entries = json.loads(path.read_text())["training"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
+        records = [BratsCase.from_record(entry) for entry in json.loads(path.read_text())["training"]]
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
         raise DataError(
-            f"{path}: not a readable datalist with a 'training' list ({err!r}); regenerate it with write_datalist"
+            f"{path}: not a readable datalist with a 'training' list of cases ({err!r}); regenerate it with write_datalist"
         ) from err
     base = path.parent
-    cases = []
-    for entry in entries:
-        case = BratsCase.from_record(entry)
-        label = None if case.label is None else base / case.label
-        cases.append(BratsCase(case.case_id, tuple(base / p for p in case.images), label))
-    return cases
+    return [
+        BratsCase(case.case_id, tuple(base / p for p in case.images), None if case.label is None else base / case.label)
+        for case in records
+    ]
 
 
 class LoadBratsCased(MapTransform):

@@ -161,7 +161,10 @@ def _read_csv(path: Path, required: Sequence[str]) -> list[tuple[int, dict[str, 
 
 
 def _csv_text(path: Path) -> str:
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise DataError(f"{path}: cannot be read ({err.strerror}); give the agent's service account read access") from err
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return data.decode("utf-16")
     try:

@@ -322,3 +322,17 @@ def test_label_map_none_accepts_any_known_map_and_refuses_the_rest(tmp_path):
     # Assert
     assert fits is not None and [m.name for m in fitting_label_maps(label_values(fits))] == ["brats2023"]
     assert str(case.label) in str(error.value) and "[0, 1, 2, 3, 4] fit no known label map" in str(error.value)
+
+
+@pytest.mark.parametrize("content", ['{"training": [{"label": "x"}]}', '{"training": [{"image": []}]}', '{"training": ["x"]}'])
+def test_a_datalist_with_malformed_entries_is_refused_by_name(tmp_path, content):
+    # Prepare
+    path = tmp_path / "datalist.json"
+    path.write_text(content)
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        read_datalist(path)
+
+    # Assert
+    assert str(path) in str(error.value) and "regenerate it with write_datalist" in str(error.value)

@@ -343,3 +343,21 @@ def test_every_unusable_row_is_listed_and_skippable(tmp_path, caplog):
     assert "column NV is '0.5', expected 0.0 or 1.0" in scan.problems[0].reason
     assert "image missing" in scan.problems[1].reason and "listed twice (first on line 2)" in scan.problems[2].reason
     assert "3 of 21 rows cannot be used" in str(error.value) and len(kept) == len(scan.records) == 18
+
+
+def test_an_unreadable_csv_is_refused_naming_the_access_to_give(tmp_path, monkeypatch):
+    # Prepare: the file share denies the agent's account
+    site = _site(tmp_path)
+    truth = site / GROUND_TRUTH_CSV
+
+    def denied(self: Path) -> bytes:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        read_isic_site(site, PLAYERFL_CLASSES)
+
+    # Assert
+    assert str(error.value) == f"{truth}: cannot be read (Permission denied); give the agent's service account read access"
