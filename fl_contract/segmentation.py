@@ -10,6 +10,7 @@ SELECTION_METRIC = DICE_KEYS[-1]  # val_dice_mean: the best global model is chos
 VAL_CASES = "val_cases"  # how many validation cases the site's Dice values average over
 TRAIN_LOSS = "train_loss"
 DP_NOISE_STD = "dp_noise_std"
+DP_EPSILON = "dp_epsilon"  # the site's client-side DP epsilon so far in the job (site_agent.accounting, its delta)
 
 
 def min_roi_divisor(blocks_down: Sequence[int]) -> int:

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from nvflare.job_config.api import FedJob
 
-from fl_contract.job_privacy import SitePrivacy
+from fl_contract.job_privacy import SitePrivacy, release_of
 from fl_contract.version import AGENT_VERSION, AGENT_VERSION_KEY
 from jobs.spec import FederationParams, JobKind, JobParams
 from provisioning.policy import server_allow_list, site_allow_list
@@ -34,7 +34,7 @@ def build_job(kind: JobKind[Any], params: JobParams | None = None) -> FedJob:
         raise TypeError(f"{kind.name} takes {kind.params.__name__}, got {type(params).__name__}")
     apps = kind.apps(params)
     site_task = kind.site_task_component(params).instantiate()
-    privacy = SitePrivacy.declare(kind.name, site_task.RELEASE, dataclasses.asdict(params))
+    privacy = SitePrivacy.declare(kind.name, release_of(type(site_task)), dataclasses.asdict(params))
     job = new_job(kind.name_for(params), int(getattr(params, "min_clients", 1)), privacy)
     if isinstance(params, FederationParams):  # FLARE's own dead-client handling, as job configuration variables
         job.to_server({"dead_client_grace_period": params.dead_site_grace_s,

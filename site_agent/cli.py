@@ -1,4 +1,4 @@
-"""`site-agent`: site IT's command line (preflight check, demo data, statistics export, ...).
+"""`site-agent`: site IT's command line (preflight check, demo data, statistics export, privacy ledger, audit log).
 
 Each feature module owns its sub-commands through a `register(subparsers)` function that adds its parser and
 sets `func` (called with the parsed args, returns the exit code). Add new modules to `_COMMAND_MODULES`.
@@ -15,6 +15,8 @@ from site_agent import __version__
 _COMMAND_MODULES = (
     "site_agent.site_config",
     "site_agent.preflight",
+    "site_agent.ledger",
+    "site_agent.audit",
     "site_agent.data.demo_cli",
     "site_agent.fedkt.cli",
 )

@@ -16,6 +16,7 @@ from typing import TextIO
 
 from site_agent import __version__
 from site_agent.kit import EXPIRY_WARNING_DAYS, KitError, SiteKit, verify_certificate_chain
+from site_agent.policy import PolicyInForce
 from site_agent.site_config import SiteConfig, SiteConfigError
 from site_agent.site_guard import SITE_GUARD_PATH
 
@@ -100,6 +101,25 @@ def check_policy(kit: SiteKit) -> CheckResult:
     return CheckResult("site policy", OK, detail)
 
 
+def check_private_key(kit: SiteKit) -> CheckResult:
+    """The site's key opens its mutual-TLS identity: nobody but the service account may read it."""
+    if not kit.private_key.is_file():
+        return CheckResult("private key", FAIL, f"{kit.private_key}: not found", "ask the federation lead for this site's kit")
+    mode = kit.private_key.stat().st_mode & 0o777
+    if mode & 0o077:
+        return CheckResult("private key", FAIL, f"{kit.private_key} is readable by group or others (mode {mode:o})",
+                           f"chmod 600 {kit.private_key} and chmod 700 {kit.startup}")
+    return CheckResult("private key", OK, f"{kit.private_key} readable by its owner only (mode {mode:o})")
+
+
+def check_privacy_policy(kit: SiteKit) -> CheckResult:
+    """The policy in force for the next job (site_agent.policy), and where its records go."""
+    site = PolicyInForce.read(kit.root / "local")
+    if site.policy is None:
+        return CheckResult("privacy policy", FAIL, site.problem, "restore local/site_policy.json from the kit the lead sent")
+    return CheckResult("privacy policy", OK, f"{site.policy.describe()}; ledger and audit log in {site.records}")
+
+
 def _classes_missing_from(allow_list: list[str]) -> list[str]:
     """Site tasks of the installed agent that the kit's allow-list does not admit (the kit is older than the agent)."""
     from site_agent.tasks import installed_task_classes
@@ -172,7 +192,8 @@ def check_disk(kit: SiteKit) -> CheckResult:
 
 
 CHECKS: tuple[Callable[[SiteKit], CheckResult | list[CheckResult]], ...] = (
-    check_certificate, check_policy, check_server, check_data, check_device, check_disk
+    check_certificate, check_private_key, check_policy, check_privacy_policy, check_server, check_data, check_device,
+    check_disk
 )
 
 
@@ -229,7 +250,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("check", help="preflight: startup kit, certificates, server, data, device, disk")
+    parser = subparsers.add_parser("check", help="preflight: startup kit, certificates and key, site and privacy policy, "
+                                                 "server, data, device, disk")
     parser.add_argument("--kit", required=True, help="folder of this site's startup kit")
     parser.add_argument("--skip-server", action="store_true", help="do not contact the server (e.g. before it runs)")
     parser.add_argument("--deep", action="store_true",

@@ -41,6 +41,11 @@ class ExportSettings:
     seed: int
 
 
+def payload_sha256(vector: np.ndarray) -> str:
+    """The vector's fingerprint: in the export's metadata, and in the site's audit log when a job sends it masked."""
+    return hashlib.sha256(vector.tobytes()).hexdigest()
+
+
 def write_export(folder: Path, vector: np.ndarray, settings: ExportSettings, identity: AutoencoderIdentity) -> Path:
     """Write the vector, its metadata and the human-readable summary into `folder`; returns the summary's path."""
     folder = Path(folder)
@@ -51,7 +56,7 @@ def write_export(folder: Path, vector: np.ndarray, settings: ExportSettings, ide
         "format": FORMAT, "site_agent_version": __version__, **asdict(settings),
         "counts": {name: int(n) for name, n in zip(settings.classes, counts)},
         "dim": sums.shape[1], "entries": int(vector.size), "bytes": len(data),
-        "payload_sha256": hashlib.sha256(data).hexdigest(), "autoencoder": identity.manifest(),
+        "payload_sha256": payload_sha256(vector), "autoencoder": identity.manifest(),
     }
     (folder / PAYLOAD_FILE).write_bytes(data)
     (folder / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")

@@ -7,19 +7,26 @@ using the Client API's `ScriptRunner`, which copies a script into the job (BYOC)
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from nvflare.apis.executor import Executor
-from nvflare.apis.fl_constant import ReturnCode
+from nvflare.apis.fl_constant import FLContextKey, ReturnCode
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable, make_reply
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel
+from nvflare.app_common.decomposers import common_decomposers
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
+from nvflare.fuel.utils import fobs
 
 from fl_contract.device import describe_device, select_device
+from fl_contract.job_privacy import WEIGHTS, SitePrivacy
+from site_agent.audit import RESULT_SENT, AuditLog
+from site_agent.policy import PolicyInForce
 from site_agent.site_config import CONFIG_FILE, SiteConfig
 
 
@@ -38,11 +45,25 @@ class SiteContext:
 
 
 class TaskExecutor(Executor):
-    """Dispatches FLARE task names to methods `task_<name>(model, ctx) -> FLModel` of the subclass."""
+    """Dispatches FLARE task names to methods `task_<name>(model, ctx) -> FLModel` of the subclass.
+
+    Every result that leaves is recorded in the site's audit log (bytes and sha256 of its serialised payload). A job
+    with client-side DP is charged by the site for its declared rounds, so the task sends at most that many weight
+    updates, whatever the server asks.
+    """
+
+    RELEASE: ClassVar[str] = WEIGHTS
+    """What the task sends (fl_contract.job_privacy): jobs declare it, the site guard checks it when the job starts."""
 
     def __init__(self, seed: int):
         super().__init__()
         self.seed = seed
+        self._audit_notes: dict[str, str] = {}
+        self._weight_updates_sent = 0
+
+    def note_for_audit(self, **facts: str) -> None:
+        """Facts about the result being built that the site's audit log keeps with it (never sent)."""
+        self._audit_notes.update(facts)
 
     def site_context(self, fl_ctx: FLContext, abort_signal: Signal) -> SiteContext:
         workspace = fl_ctx.get_engine().get_workspace()
@@ -61,17 +82,42 @@ class TaskExecutor(Executor):
         if handler is None:
             self.log_error(fl_ctx, f"{type(self).__name__} has no task {task_name!r}")
             return make_reply(ReturnCode.TASK_UNKNOWN)
+        self._audit_notes = {}
         try:
             ctx = self.site_context(fl_ctx, abort_signal)
             self.log_info(fl_ctx, f"task {task_name}: running on {describe_device(ctx.device)}")
             torch.manual_seed(self.seed)
             result = handler(FLModelUtils.from_shareable(shareable), ctx)
+            self._count_dp_update(result, fl_ctx)
         except Exception as exc:  # the reason must reach the site's log and the admin, not vanish in a traceback
             self.log_exception(fl_ctx, f"task {task_name} failed at site {fl_ctx.get_identity_name()}: {exc}")
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
         if abort_signal.triggered:
             return make_reply(ReturnCode.TASK_ABORTED)
-        return FLModelUtils.to_shareable(result)
+        reply = FLModelUtils.to_shareable(result)
+        self._audit_result(task_name, reply, fl_ctx)
+        return reply
+
+    def _count_dp_update(self, result: FLModel, fl_ctx: FLContext) -> None:
+        """Refuse to send more DP weight updates than the rounds the job declared (and the site charged)."""
+        try:
+            privacy = SitePrivacy.from_meta(fl_ctx.get_prop(FLContextKey.JOB_META) or {})
+        except ValueError:
+            return  # no declaration: not a job the site's guard admitted with a DP charge
+        if not (privacy.client_dp and result.params):
+            return
+        if self._weight_updates_sent >= privacy.num_rounds:
+            raise RuntimeError(f"the job declared {privacy.num_rounds} rounds of client-side DP and the site charged its "
+                               "budget for that many; it sends no further update")
+        self._weight_updates_sent += 1
+
+    def _audit_result(self, task_name: str, reply: Shareable, fl_ctx: FLContext) -> None:
+        site = PolicyInForce.read(Path(fl_ctx.get_engine().get_workspace().get_site_config_dir()))
+        common_decomposers.register()
+        payload = fobs.dumps(reply)
+        AuditLog(site.records).record(
+            RESULT_SENT, str(fl_ctx.get_job_id()), task=task_name, payload_bytes=len(payload),
+            payload_sha256=hashlib.sha256(payload).hexdigest(), **self._audit_notes)
 
     def task_train(self, model: FLModel, ctx: SiteContext) -> FLModel:
         raise NotImplementedError

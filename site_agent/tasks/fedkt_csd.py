@@ -15,10 +15,11 @@ from nvflare.app_common.abstract.fl_model import FLModel
 
 from fl_contract.fedkt import protocol
 from fl_contract.fedkt.classifier import build_classifier, evaluate_classifier
-from site_agent.fedkt.export import ExportSettings, read_export
-from site_agent.fedkt.site_data import load_split, read_images, statistics_vector
+from fl_contract.job_privacy import DP_STATISTICS
 from fl_contract.models import load_numpy_params
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
+from site_agent.fedkt.export import ExportSettings, payload_sha256, read_export
+from site_agent.fedkt.site_data import load_split, read_images, statistics_vector
 from site_agent.secure_agg import generate_keypair, mask_vector
 from site_agent.tasks.executor import SiteContext, TaskExecutor
 
@@ -26,6 +27,8 @@ from site_agent.tasks.executor import SiteContext, TaskExecutor
 class FedKTCSDTask(TaskExecutor):
     """`dataset` and `autoencoder` are keys of the site config; `reviewed_statistics`, if set, is the key of the
     folder holding the privacy officer's reviewed export, sent instead of recomputing."""
+
+    RELEASE = DP_STATISTICS
 
     def __init__(self, *, classes: list[str], dataset: str, autoencoder: str, image_size: int,
                  holdout_fraction: float, batch_size: int = 32, reviewed_statistics: str | None,
@@ -60,6 +63,7 @@ class FedKTCSDTask(TaskExecutor):
         else:
             vector = statistics_vector(self._loaded, ctx.data_dir(self.dataset), self.classes, self.image_size,
                                        self.holdout_fraction, self.seed, self.batch_size)
+        self.note_for_audit(statistics_sha256=payload_sha256(vector))  # matches the reviewed export's payload_sha256
         public_keys = {site: np.asarray(key, dtype=np.uint8).tobytes() for site, key in model.params.items()}
         private_key, self._private_key = self._private_key, None  # one key, one aggregation
         masked = mask_vector(vector, ctx.site_name, private_key, public_keys, session)

@@ -23,7 +23,8 @@ from nvflare.app_common.tracking.log_writer import LogWriter
 from torch import nn
 
 from fl_contract.models import build_model, load_numpy_params, state_dict_to_numpy
-from fl_contract.segmentation import DP_NOISE_STD, MODEL, TRAIN_LOSS, VAL_CASES
+from fl_contract.segmentation import DP_EPSILON, DP_NOISE_STD, MODEL, TRAIN_LOSS, VAL_CASES
+from site_agent.accounting import client_dp_epsilon
 from site_agent.data.brats_case import GridPolicy
 from site_agent.data.pipeline import surface_data_errors
 from site_agent.segmentation.data import SiteData, load_site_data
@@ -109,6 +110,8 @@ class SegmentationTask(TaskExecutor):
             # OS entropy, never the job seed: a noise seed the server knows would let it subtract the noise
             params = privatise_update(model.params, params, self.dp_clip_norm, self.dp_noise_multiplier, np.random.default_rng())
             metrics[DP_NOISE_STD] = noise_std(self.dp_clip_norm, self.dp_noise_multiplier)
+            if self.dp_noise_multiplier > 0:  # clipping alone gives no guarantee to report
+                metrics[DP_EPSILON] = client_dp_epsilon(self.dp_noise_multiplier, int(model.current_round or 0) + 1)
         self.track(metrics, model.current_round)
         return FLModel(params=params, params_type=ParamsType.FULL, metrics=metrics,
                        meta={FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(data.split.train)})

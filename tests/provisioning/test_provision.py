@@ -7,8 +7,10 @@ import json
 
 import pytest
 
+from jobs.registry import kinds
 from provisioning.policy import authorization_policy, server_allow_list, site_allow_list
 from provisioning.provision import customise, load_template, main, provision
+from site_agent.policy import load_policy
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +31,27 @@ def test_sites_enforce_exact_classes_and_run_the_site_guard(federation):
 
     assert resources["class_list_enforcement_mode"] == "enforce"
     assert resources["class_allow_list"] == site_allow_list()
-    guard = [c for c in resources["components"] if c["id"] == "site_guard"]
-    assert guard == [{"id": "site_guard", "path": "site_agent.site_guard.SiteGuard", "args": {"accepted_submitter_roles": ["lead"]}}]
+    [guard] = [c for c in resources["components"] if c["id"] == "site_guard"]
+    assert guard["path"] == "site_agent.site_guard.SiteGuard"
+    assert guard["args"]["kind_tasks"] == {name: kind.site_task for name, kind in kinds().items()}
+
+
+def test_sites_get_a_default_privacy_policy_with_the_accepted_roles(federation):
+    policy = load_policy(federation.kit("site-a") / "local")
+
+    assert policy.accepted_submitter_roles == ("lead",)
+    assert policy.allowed_job_kinds == tuple(kinds())
+    assert policy.shell_command_roles == ()
+
+
+def test_private_keys_and_the_ca_state_are_owner_only(federation):
+    mode = {path: path.stat().st_mode & 0o777 for path in federation.kits_dir.parent.rglob("*")}
+    keys = [p for p in mode if p.suffix == ".key"]
+
+    assert mode[federation.ca_state] == 0o700 and mode[federation.ca_state / "cert.json"] == 0o600
+    assert "root_pri_key" in json.loads((federation.ca_state / "cert.json").read_text())  # the root CA's private key
+    assert len(keys) == 4 and {mode[k] for k in keys} == {0o600}
+    assert {mode[k.parent] for k in keys} == {0o700}
 
 
 def test_site_logs_stay_at_the_site_by_default(federation):
@@ -55,7 +76,8 @@ def test_no_role_may_run_custom_code(federation):
     for kit in (federation.kit("localhost"), federation.kit("site-a")):
         policy = json.loads((kit / "local" / "authorization.json").read_text())
         assert policy == authorization_policy()
-        assert {role: rights["byoc"] for role, rights in policy["permissions"].items()} == dict.fromkeys(policy["permissions"], "none")
+        byoc = {role: rights["byoc"] for role, rights in policy["permissions"].items()}
+        assert byoc == dict.fromkeys(policy["permissions"], "none")
         assert all(isinstance(rights, dict) for rights in policy["permissions"].values())  # never the string "any"
 
 
@@ -75,4 +97,6 @@ def test_command_line_provisions_the_template(tmp_path, capsys):
 
     out = capsys.readouterr().out
     assert "st-mary" in out and "general" in out
+    assert f"root CA's private key is in {tmp_path / 'hospital-federation' / 'state' / 'cert.json'}" in out
+    assert "offline" in out
     assert (tmp_path / "hospital-federation" / "prod_00" / "st-mary" / "local" / "resources.json").is_file()

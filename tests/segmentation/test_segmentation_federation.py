@@ -10,12 +10,13 @@ from jobs.admin import submit_and_wait
 from jobs.common import build_job, export
 from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
 from server_app.results import BEST_MODEL_FILE, GLOBAL_MODEL_FILE
+from site_agent.accounting import client_dp_epsilon
 
 pytestmark = pytest.mark.federation
 
 
 def test_segmentation_job_with_client_dp_runs_and_reports_per_site(running_federation, tmp_path):
-    params = SegmentationParams(num_rounds=2, dp_clip_norm=5.0, dp_noise_multiplier=0.001, min_clients=3, **CPU_DEMO)
+    params = SegmentationParams(num_rounds=2, dp_clip_norm=0.005, dp_noise_multiplier=1.0, min_clients=3, **CPU_DEMO)
     job_dir = export(build_job(KIND, params), tmp_path)
     session = running_federation.session()
     try:
@@ -30,5 +31,7 @@ def test_segmentation_job_with_client_dp_runs_and_reports_per_site(running_feder
     for entry in results["rounds"]:
         assert {s: v["num_samples"] for s, v in entry["sites"].items()} == {"site-1": 3, "site-2": 3, "site-3": 3}
         assert [v["metrics"]["dp_noise_std"] for v in entry["sites"].values()] == pytest.approx([0.005] * 3)
+        epsilon = client_dp_epsilon(1.0, entry["round"])  # each site's client-side DP so far, by dp-accounting
+        assert [v["metrics"]["dp_epsilon"] for v in entry["sites"].values()] == pytest.approx([epsilon] * 3)
     assert (app_dir / GLOBAL_MODEL_FILE).is_file() and (app_dir / BEST_MODEL_FILE).is_file()
     assert sorted(p.name for p in (app_dir.parent / "tb_events").iterdir()) == ["site-1", "site-2", "site-3"]

@@ -1,25 +1,106 @@
-"""The site guard's admission rule: accepted submitter roles and the agent version the job was built for."""
+"""The site guard's rules: who may submit, which agent version, what a job declares, what it really runs, shell."""
 
-from site_agent.site_guard import admission_refusal
+from __future__ import annotations
 
-META = {"site_agent_version": "1.2.0"}
+import pytest
+
+from fl_contract.job_privacy import DP_STATISTICS, WEIGHTS, SitePrivacy
+from site_agent.policy import SitePolicy, job_refusal, shell_refusal
+from site_agent.site_guard import SHELL_COMMANDS, admission_refusal, component_refusal
+
+KINDS = ("brats-segmentation", "fedavg-linear", "fedkt-csd")
+POLICY = SitePolicy(allowed_job_kinds=KINDS, min_dp_noise_multiplier=1.0, max_release_epsilon=5.0,
+                    min_secure_aggregation_sites=4)
+SEGMENTATION_TASK = "site_agent.tasks.segmentation.SegmentationTask"
+KIND_TASKS = {"brats-segmentation": SEGMENTATION_TASK,
+              "fedavg-linear": "site_agent.tasks.linear_regression.LinearRegressionTask",
+              "fedkt-csd": "site_agent.tasks.fedkt_csd.FedKTCSDTask"}
 
 
-def test_accepted_role_and_matching_version_are_admitted():
-    assert admission_refusal("lead", META, ["project_admin", "lead"], installed_version="1.2.0") == ""
+def _meta(privacy: SitePrivacy, version: str = "1.2.0") -> dict:
+    return {"site_agent_version": version, **privacy.meta()}
+
+
+def _segmentation(clip: float = 1.0, noise: float = 1.2) -> SitePrivacy:
+    return SitePrivacy("brats-segmentation", WEIGHTS, dp_clip_norm=clip, dp_noise_multiplier=noise, num_rounds=3)
+
+
+def _release(epsilon: float = 4.0, min_clients: int = 4) -> SitePrivacy:
+    return SitePrivacy("fedkt-csd", DP_STATISTICS, epsilon=epsilon, delta=1e-5, min_clients=min_clients)
+
+
+def test_job_within_the_policy_is_admitted():
+    for privacy in (_segmentation(), _release()):
+        assert admission_refusal("lead", _meta(privacy), POLICY, installed_version="1.2.0") == ""
 
 
 def test_super_role_is_refused_when_not_accepted():
-    reason = admission_refusal("super", META, ["project_admin", "lead"], installed_version="1.2.0")
+    reason = admission_refusal("super", _meta(_segmentation()), POLICY, installed_version="1.2.0")
 
     assert "'super'" in reason and "project_admin" in reason
 
 
 def test_other_agent_version_is_refused_naming_both_versions():
-    reason = admission_refusal("lead", META, ["lead"], installed_version="1.3.0")
+    reason = admission_refusal("lead", _meta(_segmentation()), POLICY, installed_version="1.3.0")
 
     assert "built for site_agent 1.2.0" in reason and "runs site_agent 1.3.0" in reason
 
 
-def test_job_without_a_recorded_version_is_refused():
-    assert "does not record the site_agent version" in admission_refusal("lead", {}, ["lead"], installed_version="1.2.0")
+def test_job_without_a_recorded_version_or_declaration_is_refused():
+    assert "does not record the site_agent version" in admission_refusal("lead", {}, POLICY, installed_version="1.2.0")
+    reason = admission_refusal("lead", {"site_agent_version": "1.2.0"}, POLICY, installed_version="1.2.0")
+    assert "does not declare its kind and privacy" in reason
+
+
+def test_kind_the_site_does_not_run_is_refused():
+    policy = SitePolicy(allowed_job_kinds=("fedavg-linear",))
+
+    reason = job_refusal(policy, "lead", _segmentation())
+
+    assert "runs only job kinds ['fedavg-linear']; the job is a 'brats-segmentation' job" in reason
+
+
+@pytest.mark.parametrize("clip, noise", [(0.0, 0.0), (1.0, 0.0), (0.0, 2.0), (1.0, 0.5)])
+def test_weights_below_the_dp_floor_are_refused(clip, noise):
+    reason = job_refusal(POLICY, "lead", _segmentation(clip, noise))
+
+    assert "requires client-side DP" in reason and f"dp_noise_multiplier={noise}" in reason
+
+
+def test_release_over_the_epsilon_cap_or_with_too_few_sites_is_refused():
+    assert "release epsilon of at most 5.0; the job declares epsilon=10.0" in job_refusal(POLICY, "lead", _release(epsilon=10.0))
+    assert "at least 4 sites; the job needs only min_clients=3" in job_refusal(POLICY, "lead", _release(min_clients=3))
+
+
+def test_site_task_matching_the_declaration_is_built():
+    component = {"path": SEGMENTATION_TASK, "args": {"dp_clip_norm": 1.0, "dp_noise_multiplier": 1.2, "seed": 0}}
+
+    assert component_refusal(component, _segmentation(), KIND_TASKS) == ""
+    assert component_refusal({"path": "nvflare.app_opt.tracking.tb.tb_writer.TBWriter"}, _segmentation(), KIND_TASKS) == ""
+
+
+def test_site_task_weaker_than_declared_is_refused_at_start():
+    component = {"path": SEGMENTATION_TASK, "args": {"dp_clip_norm": 1.0, "dp_noise_multiplier": 0.0}}
+
+    reason = component_refusal(component, _segmentation(), KIND_TASKS)
+
+    assert "differ from the job's declaration: dp_noise_multiplier=0.0 (declared 1.2)" in reason
+
+
+def test_task_of_another_kind_or_release_is_refused_at_start():
+    disguised = SitePrivacy("fedavg-linear", WEIGHTS, num_rounds=3)
+    as_release = SitePrivacy("brats-segmentation", DP_STATISTICS, epsilon=1.0, delta=1e-5, min_clients=4)
+
+    assert "declares kind 'fedavg-linear'" in component_refusal({"class_path": SEGMENTATION_TASK}, disguised, KIND_TASKS)
+    assert "sends 'weights'" in component_refusal({"path": SEGMENTATION_TASK, "args": {}}, as_release, KIND_TASKS)
+
+
+def test_shell_commands_are_flares_file_readers_and_refused_unless_opted_in():
+    assert {"ls", "cat", "head", "tail", "grep", "pwd"} <= SHELL_COMMANDS
+    assert "submit_job" not in SHELL_COMMANDS
+
+    for role in ("super", "project_admin", "lead"):
+        assert "no role may run 'cat' here" in shell_refusal(SitePolicy(), role, "cat")
+    opted_in = SitePolicy(shell_command_roles=("lead",))
+    assert shell_refusal(opted_in, "lead", "tail") == ""
+    assert "only roles ['lead']" in shell_refusal(opted_in, "super", "tail")

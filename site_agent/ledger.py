@@ -1,0 +1,98 @@
+"""The site's privacy budget ledger: one line per job started here, with the (epsilon, delta) it may spend.
+
+The site guard checks the budget when a job is deployed and charges the job when it starts here, before its task
+reads any data: from then on it may send everything its declaration allows, whether it finishes or not (a job that
+never starts here, e.g. because another site refused it, is not charged). Totals add up by basic composition
+(epsilons add, deltas add), an upper bound that holds whatever the jobs were. A job that would take either total
+past the policy's budget is refused and not charged. Jobs that send weights without client-side DP are recorded
+with no epsilon: they have no guarantee to count, and the policy's `min_dp_noise_multiplier` decides whether they
+run.
+
+    site-agent budget --kit KIT
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from site_agent.accounting import Spend
+from site_agent.journal import Journal, table
+from site_agent.policy import PolicyInForce, SitePolicy
+
+LEDGER_FILE = "privacy_ledger.jsonl"
+
+
+@dataclass(frozen=True)
+class Totals:
+    epsilon: float
+    delta: float
+    jobs: int
+
+
+class Ledger:
+    def __init__(self, folder: Path):
+        self.journal = Journal(Path(folder) / LEDGER_FILE)
+
+    def entries(self) -> list[dict[str, Any]]:
+        return self.journal.read()
+
+    def totals(self) -> Totals:
+        return _totals(self.entries())
+
+    def refusal(self, spend: Spend | None, policy: SitePolicy) -> str:
+        """Why `spend` would take the site past its budget, or ""."""
+        spent = self.totals()
+        if spend is None or (spent.epsilon + spend.epsilon <= policy.budget_epsilon
+                             and spent.delta + spend.delta <= policy.budget_delta):
+            return ""
+        return (f"the job would spend epsilon {spend.epsilon:.4g}, delta {spend.delta:.3g} ({spend.basis}); this site has "
+                f"spent epsilon {spent.epsilon:.4g}, delta {spent.delta:.3g} of its budget epsilon {policy.budget_epsilon}, "
+                f"delta {policy.budget_delta} over {spent.jobs} jobs")
+
+    def charge(self, job_id: str, kind: str, submitter: str, spend: Spend | None, policy: SitePolicy) -> str:
+        """Record the job's spend and return "", or return why it would exceed the budget (nothing recorded)."""
+        with self.journal.locked() as handle:
+            reason = self.refusal(spend, policy)
+            if reason:
+                return reason
+            self.journal.append({
+                "job_id": job_id, "job_kind": kind, "submitter": submitter,
+                "epsilon": spend.epsilon if spend else None, "delta": spend.delta if spend else None,
+                "basis": spend.basis if spend else "sends weights without client-side DP: no guarantee to count",
+            }, handle)
+        return ""
+
+
+def _totals(entries: list[dict[str, Any]]) -> Totals:
+    counted = [e for e in entries if e.get("epsilon") is not None]
+    return Totals(sum(e["epsilon"] for e in counted), sum(e["delta"] for e in counted), len(entries))
+
+
+def format_ledger(entries: list[dict[str, Any]], policy: SitePolicy | None) -> str:
+    rows = [[e["time"], e["job_id"], e["job_kind"], e["submitter"],
+             "-" if e["epsilon"] is None else f"{e['epsilon']:.4g}", "-" if e["delta"] is None else f"{e['delta']:.3g}",
+             e["basis"]] for e in entries]
+    lines = [table(["TIME", "JOB", "KIND", "SUBMITTER", "EPSILON", "DELTA", "BASIS"], rows)] if rows else ["no job charged yet"]
+    totals = _totals(entries)
+    spent = f"spent: epsilon {totals.epsilon:.4g}, delta {totals.delta:.3g} over {totals.jobs} jobs"
+    if policy is not None:
+        spent += (f"; budget epsilon {policy.budget_epsilon}, delta {policy.budget_delta}; left epsilon "
+                  f"{policy.budget_epsilon - totals.epsilon:.4g}, delta {policy.budget_delta - totals.delta:.3g}")
+    return "\n".join([*lines, "", spent])
+
+
+def _budget(args: argparse.Namespace) -> int:
+    site = PolicyInForce.read(Path(args.kit) / "local")
+    ledger = Ledger(site.records)
+    print(f"privacy ledger {ledger.journal.path}" + (f" (no policy in force: {site.problem})" if site.problem else ""))
+    print(format_ledger(ledger.entries(), site.policy))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("budget", help="the privacy budget ledger: (epsilon, delta) each job spent here")
+    parser.add_argument("--kit", required=True, help="folder of this site's startup kit")
+    parser.set_defaults(func=_budget)
