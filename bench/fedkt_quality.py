@@ -60,7 +60,8 @@ def fedkt_release(ae: LoadedAutoencoder, folders: list[Path], epsilon: float | N
     stats = from_ring(np.asarray(total, dtype=np.uint64), len(CLASSES), ae.clip_norm)
     calibration = calibrate_noise(epsilon or 10.0, 1e-5, ae.clip_norm)
     if epsilon is None:
-        calibration = replace(calibration, epsilon=math.inf, noise_multiplier=0.0, accounted_epsilon=math.inf)
+        calibration = replace(calibration, epsilon=math.inf, noise_multiplier=0.0, count_multiplier=None,
+                              accounted_epsilon=math.inf)
     return release_class_gaussians(stats, calibration, noise_seed=seed, min_count=FedKTCSDParams().min_count)
 
 

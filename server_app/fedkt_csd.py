@@ -4,48 +4,54 @@ One round, no training at the sites (ALGORITHMS.md). The server resolves the aut
 `local/server_app.json` (a job never carries paths), relays the sites' X25519 public keys, learns only the sum of
 their masked fixed-point statistics, adds calibrated Gaussian noise, and samples and decodes a labelled synthetic
 image set. If a site of the key exchange sends nothing, the masks do not cancel: the job stops naming the site
-(no partial unmasking). Outputs: `server_app.fedkt_outputs`; record and status: `results.json`.
+(no partial unmasking). Outputs: `server_app.fedkt_outputs`; record and status: `results.json`, which repeats the
+release's per-class diagnostics and every warning (noise-dominated classes, a constant classifier).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.workflows.model_controller import ModelController
 
-from server_app import fedkt_outputs as outputs
-from server_app.fedkt_release import decode_latents, release_class_gaussians, sample_latents
-from server_app.privacy.dp_calibration import calibrate_noise
-from server_app.privacy.unmask import unmask_sum
-from server_app.results import RunRecorder
-from server_app.server_config import CONFIG_FILE, ServerConfig
-from fl_contract.version import AGENT_VERSION as __version__
 from fl_contract.device import select_device
-from fl_contract.fedkt import MIN_SITES, protocol
-from fl_contract.fedkt.classifier import train_classifier
+from fl_contract.fedkt import MIN_SITES, Adjacency, Method, protocol
+from fl_contract.fedkt.classifier import BATCH_SIZE, predict, train_classifier, training_budget
 from fl_contract.fedkt.wire import from_ring
 from fl_contract.models import state_dict_to_numpy
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
-
+from fl_contract.version import AGENT_VERSION as __version__
+from server_app import fedkt_outputs as outputs
+from server_app.fedkt_release import decode_latents, release_class_gaussians, sample_latents, synthetic_counts
+from server_app.privacy.dp_calibration import NoiseCalibration, calibrate_noise
+from server_app.privacy.unmask import unmask_sum
+from server_app.results import RunRecorder
+from server_app.server_config import CONFIG_FILE, ServerConfig
 
 
 class JobStopped(RuntimeError):
     """The job cannot go on; the message says why and is recorded for the admin."""
 
 
+class JobAborted(JobStopped):
+    """The admin aborted the job."""
+
+
 class FedKTCSDController(ModelController):
-    """`samples_per_class` 0 draws the reference amount: each released class's (noisy) count over the sites.
+    """`samples_per_class` 0 draws each released class's pooled noisy count, whatever the number of sites.
 
     `noise_seed` None draws the DP noise seed from the operating system (production); a fixed seed is for tests
     and audits on non-sensitive data only, since anyone who knows it can subtract the noise.
     """
 
     def __init__(self, *, classes: list[str], autoencoder: str, image_size: int, epsilon: float,
-                 delta: float, adjacency: str, method: str,
+                 delta: float, adjacency: Adjacency, method: Method, count_noise_multiplier: float,
                  samples_per_class: int, min_clients: int, min_count: float,
-                 noise_seed: int | None, evaluate: bool, classifier_epochs: int, seed: int):
+                 noise_seed: int | None, evaluate: bool, classifier_epochs: int, classifier_min_steps: int,
+                 seed: int):
         super().__init__(persistor_id="", ignore_result_error=True)  # a failed site is handled here, by name
         if min_clients < MIN_SITES:
             raise ValueError(f"min_clients must be at least {MIN_SITES} for secure aggregation, got {min_clients}")
@@ -57,28 +63,35 @@ class FedKTCSDController(ModelController):
         self.delta = delta
         self.adjacency = adjacency
         self.method = method
+        self.count_noise_multiplier = count_noise_multiplier
         self.samples_per_class = samples_per_class
         self.min_clients = min_clients
         self.min_count = min_count
         self.noise_seed = noise_seed
         self.evaluate = evaluate
         self.classifier_epochs = classifier_epochs
+        self.classifier_min_steps = classifier_min_steps
         self.seed = seed
+        self._warnings: list[str] = []  # this run's, for results.json
 
     def run(self) -> None:
         app_dir = Path(self.get_app_dir())
         recorder = RunRecorder(app_dir, self._job_summary())
         try:
             record = self._run(app_dir)
+        except JobAborted as stop:
+            recorder.finish("aborted", error=str(stop))
+            return
         except JobStopped as stop:
             recorder.finish("failed", error=str(stop))
             self.panic(str(stop))
             return
         recorder.finish("finished", **record)
 
-    def _run(self, app_dir: Path) -> dict:
+    def _run(self, app_dir: Path) -> dict[str, Any]:
         """Everything up to the outputs; returns what results.json records besides the job and the status."""
         loaded = self._load_autoencoder()
+        calibration = self._calibrate(loaded.clip_norm)  # before any site works: an impossible budget stops here
         session = f"{self.fl_ctx.get_job_id()}/attempt-1"
         announcement = protocol.announcement(session, self.classes, self.image_size, loaded.identity)
         keys = self._send(protocol.TASK_KEYS, FLModel(params={}, meta=announcement), None)
@@ -94,10 +107,11 @@ class FedKTCSDController(ModelController):
             stats = from_ring(total, len(self.classes), loaded.clip_norm)
         except ValueError as err:
             raise JobStopped(f"secure aggregation failed: {err}") from err
-        release = release_class_gaussians(stats, calibrate_noise(self.epsilon, self.delta, loaded.clip_norm,
-                                                                  self.adjacency, self.method),
-                                          self.noise_seed, min_count=self.min_count, autoencoder=loaded.identity)
-        counts = self._sample_counts(release.gaussians.counts, len(sites))
+        release = release_class_gaussians(stats, calibration, self.noise_seed, min_count=self.min_count,
+                                          autoencoder=loaded.identity, class_names=self.classes)
+        for warning in release.manifest["warnings"]:
+            self._warn(warning)
+        counts = synthetic_counts(release.gaussians.counts, self.samples_per_class)
         latents, labels = sample_latents(release.gaussians, counts, self.seed)
         images = outputs.to_uint8(decode_latents(loaded.model, latents, self.image_size))
         outputs.write_dp_statistics(app_dir / outputs.DP_STATISTICS_FILE, release, self.classes)
@@ -109,10 +123,11 @@ class FedKTCSDController(ModelController):
         outputs.write_manifest(app_dir / outputs.MANIFEST_FILE, manifest)
         self.info(f"released {len(labels)} synthetic images of classes "
                   f"{[self.classes[c] for c in release.gaussians.classes]} into {app_dir}")
-        record: dict = {"sites": sites, "synthetic_images": int(len(labels))}
+        record: dict[str, Any] = {"sites": sites, "synthetic_images": int(len(labels)),
+                                  "release_diagnostics": release.manifest["diagnostics"]}
         if self.evaluate:
-            record["evaluation"] = self._evaluation_round(app_dir, sites)
-        return record
+            record.update(self._evaluation_round(app_dir, sites))
+        return {**record, "warnings": self._warnings}
 
     def _load_autoencoder(self) -> LoadedAutoencoder:
         local = Path(self.fl_ctx.get_engine().get_workspace().get_site_config_dir())
@@ -124,28 +139,64 @@ class FedKTCSDController(ModelController):
 
     def _send(self, task: str, data: FLModel, targets: list[str] | None) -> dict[str, FLModel]:
         """Results by site name; a failed site is simply absent (the caller decides what that means)."""
-        return {r.meta["client_name"]: r for r in self.send_model_and_wait(task_name=task, data=data, targets=targets)}
+        results = self.send_model_and_wait(task_name=task, data=data, targets=targets)
+        if self.abort_signal.triggered:
+            raise JobAborted(f"aborted during the {task} task; nothing was released")
+        return {r.meta["client_name"]: r for r in results}
 
-    def _sample_counts(self, noisy_counts: np.ndarray, num_sites: int) -> list[int]:
-        if self.samples_per_class > 0:
-            return [self.samples_per_class] * len(noisy_counts)
-        return [max(1, round(float(n) / num_sites)) for n in noisy_counts]
+    def _calibrate(self, clip_norm: float) -> NoiseCalibration:
+        try:
+            return calibrate_noise(self.epsilon, self.delta, clip_norm, self.adjacency, self.method,
+                                   self.count_noise_multiplier)
+        except ValueError as err:
+            raise JobStopped(f"cannot calibrate the DP noise: {err}") from err
 
-    def _evaluation_round(self, app_dir: Path, sites: list[str]) -> dict[str, dict[str, float]]:
-        """Train the classifier on the synthetic set here; each site scores it on its own held-out images."""
+    def _warn(self, message: str) -> None:
+        """Logged now and listed under `warnings` in results.json."""
+        self.warning(message)
+        self._warnings.append(message)
+
+    def _evaluation_round(self, app_dir: Path, sites: list[str]) -> dict[str, Any]:
+        """Train the classifier on the synthetic set here; each site scores it on its own held-out images.
+
+        Returns `classifier` (its training budget) and `evaluation` per site (accuracy, balanced accuracy, number of
+        images, distinct predicted classes, `recall` per class); a classifier that predicts one class on the
+        synthetic set or at a site is warned about.
+        """
         images, labels, _ = outputs.read_synthetic_set(app_dir / outputs.SYNTHETIC_DIR)
-        model = train_classifier(images, labels, len(self.classes), self.classifier_epochs, self.seed)
+        model = train_classifier(images, labels, len(self.classes), self.classifier_epochs, self.seed,
+                                 min_steps=self.classifier_min_steps)
+        budget = training_budget(len(labels), self.classifier_epochs, self.classifier_min_steps, BATCH_SIZE)
+        on_synthetic = int(len(np.unique(predict(model, images))))
+        if on_synthetic == 1 and len(np.unique(labels.numpy())) > 1:
+            self._warn("the classifier predicts one class on its own synthetic training set: raise "
+                       "classifier_min_steps, or the synthetic classes are not separable (see release_diagnostics)")
         results = self._send(protocol.TASK_EVALUATE, FLModel(params=state_dict_to_numpy(model)), sites)
         missing = sorted(set(sites) - set(results))
         if missing:
-            self.warning(f"site(s) {', '.join(missing)} returned no evaluation")
-        scores = {site: {k: float(v) for k, v in results[site].metrics.items()} for site in sorted(results)}
+            self._warn(f"site(s) {', '.join(missing)} returned no evaluation")
+        scores = {site: _site_scores(results[site].metrics) for site in sorted(results)}
+        constant = [site for site, m in scores.items() if m[protocol.PREDICTED_CLASSES] == 1 and len(m["recall"]) > 1]
+        if constant:
+            self._warn(f"the classifier predicts a single class on the held-out images of {', '.join(constant)}")
         self.info(f"evaluation of the synthetic-data classifier: {scores}")
-        return scores
+        return {"classifier": {"images": budget.images, "epochs": budget.epochs, "steps": budget.steps,
+                               "predicted_classes_on_synthetic": on_synthetic},
+                "evaluation": scores}
 
-    def _job_summary(self) -> dict:
+    def _job_summary(self) -> dict[str, Any]:
         return {"workflow": "fedkt_csd", "classes": self.classes, "autoencoder": self.autoencoder,
                 "image_size": self.image_size, "epsilon": self.epsilon, "delta": self.delta,
-                "adjacency": self.adjacency, "method": self.method, "samples_per_class": self.samples_per_class,
+                "adjacency": self.adjacency, "method": self.method,
+                "count_noise_multiplier": self.count_noise_multiplier, "samples_per_class": self.samples_per_class,
                 "min_clients": self.min_clients, "min_count": self.min_count, "evaluate": self.evaluate,
-                "classifier_epochs": self.classifier_epochs, "seed": self.seed}
+                "classifier_epochs": self.classifier_epochs, "classifier_min_steps": self.classifier_min_steps,
+                "seed": self.seed}
+
+
+def _site_scores(metrics: dict[str, float]) -> dict[str, Any]:
+    """A site's metrics with the `recall_<class>` entries gathered under `recall`."""
+    prefix = protocol.RECALL_PREFIX
+    scores: dict[str, Any] = {k: float(v) for k, v in metrics.items() if not k.startswith(prefix)}
+    scores["recall"] = {k[len(prefix):]: float(v) for k, v in metrics.items() if k.startswith(prefix)}
+    return scores

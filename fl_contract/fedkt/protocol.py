@@ -5,7 +5,8 @@
     statistics  server -> site: {site name: (32,) uint8 public key} for every site of the key exchange
                 site -> server: {"masked": (L,) uint64}, the fixed-point statistics plus pairwise masks
     evaluate    server -> site: the classifier trained on the synthetic set (optional round)
-                site -> server: metrics accuracy, balanced_accuracy, num_test on the site's held-out images
+                site -> server: metrics accuracy, balanced_accuracy, num_test, predicted_classes and
+                recall_<class> for each class present among the site's held-out images
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ SESSION = "session"
 CLASSES = "classes"
 IMAGE_SIZE = "image_size"
 AUTOENCODER = "autoencoder"
-EVALUATION_METRICS = ("accuracy", "balanced_accuracy", "num_test")
+PREDICTED_CLASSES = "predicted_classes"  # distinct classes the classifier predicts at the site; 1: constant
+RECALL_PREFIX = "recall_"  # recall_<class name>, one per class present among the site's held-out images
+EVALUATION_METRICS = ("accuracy", "balanced_accuracy", "num_test", PREDICTED_CLASSES)
 
 
 def announcement(session: str, classes: Sequence[str], image_size: int, identity: AutoencoderIdentity) -> dict[str, Any]:

@@ -50,15 +50,34 @@ def summary(outcome: JobOutcome) -> str:
     out = outcome.server_app_dir()
     results = json.loads((out / "results.json").read_text())
     manifest = json.loads((out / "manifest.json").read_text())
+    counts = "counts public" if manifest["count_multiplier"] is None else f"{manifest['count_multiplier']:.2f} (counts)"
     lines = [f"DP release: epsilon {manifest['epsilon']}, delta {manifest['delta']}, R {manifest['clip_norm']:.2f}, "
-             f"{manifest['adjacency']}, noise multiplier {manifest['noise_multiplier']:.4f}",
-             f"synthetic images per class: {manifest['samples_per_class']} -> {out / 'synthetic'}",
-             f"sample grids: {out / 'grids'}", "classifier trained on the synthetic set, scored on each site's held-out images:"]
+             f"{manifest['adjacency']}, noise multiplier {manifest['noise_multiplier']:.4f} (sums, outer products), "
+             f"{counts}",
+             "per class: records (noisy), noise/signal of the mean and the covariance, share of the trace that is noise:"]
+    for name, d in manifest["diagnostics"].items():
+        if d["released"]:
+            lines.append(f"  {name}: {d['records']:.0f} records, mean {_number(d['mean_noise_to_signal'], '.2f')}, "
+                         f"covariance {_number(d['covariance_noise_to_signal'], '.2f')}, trace "
+                         f"{100 * min(d['trace_noise_fraction'], 1.0):.0f}% noise")
+        else:
+            lines.append(f"  {name}: {d['records']:.0f} records, withheld")
+    lines += [f"synthetic images per class: {manifest['samples_per_class']} -> {out / 'synthetic'}",
+              f"sample grids: {out / 'grids'}"]
+    if "classifier" in results:
+        budget = results["classifier"]
+        lines.append(f"classifier trained on the synthetic set ({budget['images']} images, {budget['epochs']} passes, "
+                     f"{budget['steps']} steps), scored on each site's held-out images:")
     for site, metrics in results.get("evaluation", {}).items():
+        recall = ", ".join(f"{name} {value:.2f}" for name, value in metrics["recall"].items())
         lines.append(f"  {site}: accuracy {metrics['accuracy']:.3f}, balanced accuracy {metrics['balanced_accuracy']:.3f} "
-                     f"({int(metrics['num_test'])} images)")
+                     f"({int(metrics['num_test'])} images; recall {recall})")
+    lines += [f"warning: {warning}" for warning in results.get("warnings", [])]
     return "\n".join(lines)
 
 
-DEMOS = [DemoJob("fedkt-csd", KIND.name, FedKTCSDParams(evaluate=True, classifier_epochs=10), site_data, summary,
-                 server_models)]
+def _number(value: float | None, spec: str) -> str:
+    return "noise only" if value is None else format(value, spec)
+
+
+DEMOS = [DemoJob("fedkt-csd", KIND.name, FedKTCSDParams(evaluate=True), site_data, summary, server_models)]

@@ -1,9 +1,12 @@
-"""DP calibration: multipliers equal dp-accounting's, sensitivities follow the adjacency."""
+"""DP calibration: multipliers equal dp-accounting's, the joint release meets (epsilon, delta), sensitivities follow
+the adjacency."""
 
 import math
 
 import dp_accounting
 import pytest
+from dp_accounting import pld
+from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 
 from server_app.privacy.dp_calibration import calibrate_noise, composed_epsilon
 
@@ -32,16 +35,56 @@ def test_split_budget_reference_is_0_919_per_query_and_really_epsilon_7_27():
     assert calibration.accounted_epsilon == pytest.approx(7.27, abs=0.01)
 
 
-def test_add_remove_noises_counts_as_a_third_query():
-    calibration = calibrate_noise(10.0, 1e-5, clip_norm=34.0, adjacency="add_remove")
+def test_add_remove_gives_the_counts_their_own_multiplier_and_the_statistics_0_7105():
+    calibration = calibrate_noise(10.0, 1e-5, clip_norm=34.0, adjacency="add_remove", count_multiplier=5.0)
 
     assert calibration.num_queries == 3
-    assert calibration.noise_multiplier == pytest.approx(math.sqrt(3) * dp_accounting.get_sigma_gaussian(10.0, 1e-5))
+    assert calibration.noise_multiplier == pytest.approx(0.7105, abs=5e-5)
+    assert calibration.count_multiplier == 5.0 and calibration.std_count == 5.0
     assert calibration.sensitivity_mean == 34.0
     assert calibration.sensitivity_outer == 34.0**2
     assert calibration.sensitivity_count == 1.0
-    assert calibration.std_count == pytest.approx(calibration.noise_multiplier)
+    assert calibration.accounted_epsilon == pytest.approx(10.0, abs=1e-3)
+
+
+def test_joint_release_with_three_multipliers_meets_epsilon_by_an_independent_pld():
+    """Oracle: dp-accounting's PLD of the three Gaussian mechanisms, composed, at a finer discretization."""
+    calibration = calibrate_noise(10.0, 1e-5, clip_norm=34.0, adjacency="add_remove", count_multiplier=5.0)
+    z = calibration.noise_multiplier
+
+    def gaussian(multiplier):
+        return pld.privacy_loss_distribution.from_gaussian_mechanism(multiplier, value_discretization_interval=1e-4)
+
+    joint = gaussian(z).compose(gaussian(z)).compose(gaussian(5.0))
+    assert joint.get_epsilon_for_delta(1e-5) == pytest.approx(10.0, abs=1e-3)
+    assert gaussian(z * 0.99).compose(gaussian(z * 0.99)).compose(gaussian(5.0)).get_epsilon_for_delta(1e-5) > 10.05
+    calibrated = dp_accounting.calibrate_dp_mechanism(
+        lambda: PLDAccountant(value_discretization_interval=1e-4),
+        lambda m: dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(m)] * 2
+                                                + [dp_accounting.GaussianDpEvent(5.0)]), 10.0, 1e-5)
+    assert z == pytest.approx(calibrated, rel=1e-4)
+    assert calibrate_noise(10.0, 1e-5, 34.0, "add_remove", "pld", 5.0).noise_multiplier == pytest.approx(z, rel=1e-3)
+
+
+def test_equal_count_multiplier_is_three_equal_queries():
+    whole = dp_accounting.get_sigma_gaussian(10.0, 1e-5)
+
+    calibration = calibrate_noise(10.0, 1e-5, clip_norm=34.0, count_multiplier=math.sqrt(3) * whole)
+
+    assert calibration.noise_multiplier == pytest.approx(math.sqrt(3) * whole)
     assert composed_epsilon(calibration.noise_multiplier, 3, 1e-5) == pytest.approx(10.0, abs=1e-3)
+
+
+def test_a_count_multiplier_that_takes_the_whole_budget_is_refused_naming_the_minimum():
+    with pytest.raises(ValueError, match=r"count_noise_multiplier 5.0 .* must exceed 7.03"):
+        calibrate_noise(0.5, 1e-5, clip_norm=34.0, count_multiplier=5.0)
+
+
+def test_split_uses_one_multiplier_for_every_query_counts_included():
+    calibration = calibrate_noise(10.0, 1e-5, clip_norm=34.0, method="split", count_multiplier=5.0)
+
+    assert calibration.count_multiplier == calibration.noise_multiplier == pytest.approx(1.3343, abs=5e-4)
+    assert calibration.accounted_epsilon == pytest.approx(5.94, abs=0.01)
 
 
 def test_replace_one_doubles_the_mean_sensitivity_and_keeps_counts_public():
@@ -56,8 +99,9 @@ def test_replace_one_doubles_the_mean_sensitivity_and_keeps_counts_public():
 def test_manifest_records_every_number():
     manifest = calibrate_noise(10.0, 1e-5, clip_norm=34.0).manifest()
 
-    expected = {"epsilon", "delta", "clip_norm", "adjacency", "method", "noise_multiplier", "std_mean", "std_outer",
-                "std_count", "sensitivity_mean", "sensitivity_outer", "sensitivity_count", "accounted_epsilon"}
+    expected = {"epsilon", "delta", "clip_norm", "adjacency", "method", "noise_multiplier", "count_multiplier",
+                "equivalent_multiplier", "std_mean", "std_outer", "std_count", "sensitivity_mean",
+                "sensitivity_outer", "sensitivity_count", "accounted_epsilon"}
     assert expected <= manifest.keys()
 
 

@@ -12,26 +12,30 @@ import pytest
 from PIL import Image
 from support import JOB_FILES, read_exported_job
 
+from fl_contract.classes import PLAYERFL_CLASSES
+from fl_contract.fedkt.wire import class_length
+from fl_contract.models.dcae import save_autoencoder
 from jobs.common import build_job, export
-from jobs.fedkt_csd.spec import FedKTCSDParams, KIND
+from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
 from jobs.simulate import SimulationRun, simulate
 from provisioning.policy import server_allow_list, site_allow_list
 from server_app import fedkt_outputs as outputs
-from fl_contract.classes import PLAYERFL_CLASSES
 from site_agent.data.isic import GROUND_TRUTH_CSV
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt.demo_autoencoder import public_images, train_autoencoder
-from fl_contract.fedkt.wire import class_length
-from fl_contract.models.dcae import save_autoencoder
 
 SITES = ["site-1", "site-2", "site-3"]
 IMAGES_PER_SITE = 32
 SAMPLES_PER_CLASS = 6
 MANIFEST_KEYS = {"epsilon", "delta", "clip_norm", "adjacency", "method", "num_queries", "noise_multiplier",
-                 "sensitivity_mean", "sensitivity_outer", "sensitivity_count", "std_mean", "std_outer", "std_count",
-                 "accounted_epsilon", "counts_noised", "bias_correction", "eigenvalue_floor", "min_count",
-                 "released_classes", "withheld_classes", "counts_used", "noise_seed", "autoencoder", "classes",
-                 "sites", "session", "samples_per_class", "image_size", "sampling_seed", "site_agent_version"}
+                 "count_multiplier", "equivalent_multiplier", "sensitivity_mean", "sensitivity_outer",
+                 "sensitivity_count", "std_mean", "std_outer", "std_count", "accounted_epsilon", "counts_noised",
+                 "bias_correction", "eigenvalue_floor", "min_count", "released_classes", "withheld_classes",
+                 "counts_used", "noise_seed", "autoencoder", "classes", "sites", "session", "samples_per_class",
+                 "image_size", "sampling_seed", "site_agent_version", "useful_release", "diagnostics", "warnings"}
+DIAGNOSTICS_KEYS = {"records", "released", "warning", "mean_noise_to_signal", "covariance_noise_to_signal",
+                    "released_trace", "expected_noise_trace", "trace_noise_fraction", "trace_inflation",
+                    "records_for_useful_mean", "records_for_useful_covariance"}
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +71,8 @@ def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
 
 @pytest.mark.simulator
 def test_simulator_releases_synthetic_set_with_requested_counts_and_complete_manifest(tmp_path, autoencoder_dir):
-    run = _run(tmp_path, autoencoder_dir, samples_per_class=SAMPLES_PER_CLASS, evaluate=True, classifier_epochs=1)
+    run = _run(tmp_path, autoencoder_dir, samples_per_class=SAMPLES_PER_CLASS, evaluate=True, classifier_epochs=1,
+               classifier_min_steps=3)
 
     assert not run.aborted(), run.server_log.read_text()[-3000:]
     out = run.server_app_dir
@@ -89,9 +94,19 @@ def test_simulator_releases_synthetic_set_with_requested_counts_and_complete_man
     assert sorted(p.stem for p in (out / outputs.GRID_DIR).glob("*.png")) == sorted(released)
     assert Image.open(out / outputs.GRID_DIR / f"{released[0]}.png").size == (8 * 66, 66)
     assert dp["sums"].shape == (4, 128) and dp["outer_upper"].shape == (4, class_length(128) - 129)
-    assert sum(manifest["counts_used"]) == pytest.approx(3 * (IMAGES_PER_SITE - 6), abs=8)  # noisy, std 0.87
+    records = sum(d["records"] for d in manifest["diagnostics"].values())
+    assert records == pytest.approx(3 * (IMAGES_PER_SITE - 6), abs=30)  # noisy, std 5 a class
+    assert manifest["count_multiplier"] == 5.0 and manifest["noise_multiplier"] == pytest.approx(0.7105, abs=1e-4)
+    assert set(manifest["diagnostics"]) == set(PLAYERFL_CLASSES)
+    assert all(DIAGNOSTICS_KEYS <= set(manifest["diagnostics"][name]) for name in released)
+    assert results["release_diagnostics"] == manifest["diagnostics"]
+    assert set(manifest["warnings"]) <= set(results["warnings"])  # classes of ~20 records: noise dominates
+    budget = results["classifier"]  # 1 pass asked for; fewer than 32 images take 1 step a pass, so 3 passes
+    assert (budget["images"], budget["epochs"], budget["steps"]) == (len(rows), 3, 3)
     assert set(results["evaluation"]) == set(SITES)
-    assert all(0.0 <= m["balanced_accuracy"] <= 1.0 and m["num_test"] == 6 for m in results["evaluation"].values())
+    for metrics in results["evaluation"].values():
+        assert 0.0 <= metrics["balanced_accuracy"] <= 1.0 and metrics["num_test"] == 6
+        assert set(metrics["recall"]) <= set(PLAYERFL_CLASSES) and 1 <= metrics["predicted_classes"] <= 4
 
 
 @pytest.mark.simulator

@@ -1,4 +1,5 @@
-"""Server release: noise calibrated as documented, bias-corrected PSD covariances, seeded sampling, decoding."""
+"""Server release: noise calibrated as documented, bias-corrected PSD covariances, diagnostics, seeded sampling of
+as many images as the pooled counts, decoding; the same release however the records are split over sites."""
 
 import json
 
@@ -6,15 +7,17 @@ import numpy as np
 import pytest
 import torch
 
-from fl_contract.fedkt.wire import ClassStatistics, from_ring, upper_triangle
+from fl_contract.fedkt.wire import RING_DTYPE, ClassStatistics, from_ring, upper_triangle
 from fl_contract.models.dcae import build_tiny_dcae
 from server_app.fedkt_release import (
     add_noise,
     class_gaussians,
     decode_latents,
+    expected_noise_trace,
     project_psd,
     release_class_gaussians,
     sample_latents,
+    synthetic_counts,
 )
 from server_app.privacy.dp_calibration import NoiseCalibration, calibrate_noise
 from site_agent.fedkt.stats import class_statistics
@@ -22,7 +25,9 @@ from site_agent.fedkt.stats import class_statistics
 
 def _calibration(std_mean, std_outer, std_count=None):
     """A hand-made calibration with multiplier 1, so that the stds equal the sensitivities."""
-    return NoiseCalibration(1.0, 1e-5, 1.0, "add_remove", "analytic", 3, 1.0, std_mean, std_outer, std_count, 1.0)
+    count_multiplier = None if std_count is None else 1.0
+    return NoiseCalibration(1.0, 1e-5, 1.0, "add_remove", "analytic", 3, 1.0, count_multiplier, std_mean, std_outer,
+                            std_count, 1.0)
 
 
 def _stats(num_classes=3, dim=4, n=200, seed=0):
@@ -86,9 +91,9 @@ def test_release_is_deterministic_by_seed_and_withholds_small_classes():
     stats = ClassStatistics(stats.sums, stats.outer_upper, np.array([stats.counts[0], stats.counts[1], 0.0]))
     calibration = calibrate_noise(10.0, 1e-5, clip_norm=10.0, adjacency="add_remove")
 
-    first = release_class_gaussians(stats, calibration, noise_seed=7, min_count=2.0)
-    second = release_class_gaussians(stats, calibration, noise_seed=7, min_count=2.0)
-    other = release_class_gaussians(stats, calibration, noise_seed=8, min_count=2.0)
+    first = release_class_gaussians(stats, calibration, noise_seed=7, min_count=10.0)
+    second = release_class_gaussians(stats, calibration, noise_seed=7, min_count=10.0)
+    other = release_class_gaussians(stats, calibration, noise_seed=8, min_count=10.0)
 
     np.testing.assert_array_equal(first.noisy.to_flat(), second.noisy.to_flat())
     assert not np.array_equal(first.noisy.to_flat(), other.noisy.to_flat())
@@ -132,3 +137,108 @@ def test_decoded_synthetic_images_lie_in_zero_one():
 
     assert images.shape == (3, 3, 64, 64)
     assert images.min() >= 0.0 and images.max() <= 1.0
+
+
+def test_synthetic_set_size_is_the_pooled_noisy_count_unless_overridden():
+    noisy_counts = np.array([40.4, 2.6, 0.2, -3.0])
+
+    assert synthetic_counts(noisy_counts, samples_per_class=0) == [40, 3, 0, 0]
+    assert synthetic_counts(noisy_counts, samples_per_class=7) == [7, 7, 7, 7]
+
+
+def _split_over_sites(latents, labels, num_sites, seed):
+    """Sum of the per-site ring vectors for a random uneven split of the records over `num_sites` sites."""
+    rng = np.random.default_rng(seed)
+    cuts = np.sort(rng.choice(np.arange(1, len(labels)), num_sites - 1, replace=False))
+    order = torch.from_numpy(rng.permutation(len(labels)))
+    parts = np.split(order.numpy(), cuts)
+    vectors = [class_statistics(latents[part], labels[part], 3, 30.0) for part in parts]
+    return np.sum(vectors, axis=0, dtype=RING_DTYPE)
+
+
+def test_three_and_thirty_sites_give_the_same_release_and_synthetic_set():
+    generator = torch.Generator().manual_seed(5)
+    latents = torch.randn(600, 16, generator=generator) * 8 + 3
+    labels = torch.randint(0, 3, (600,), generator=generator)
+    calibration = calibrate_noise(10.0, 1e-5, clip_norm=30.0)
+    outcomes = []
+
+    for num_sites in (3, 30):
+        total = _split_over_sites(latents, labels, num_sites, seed=num_sites)
+        release = release_class_gaussians(from_ring(total, 3, 30.0), calibration, noise_seed=11, min_count=10.0)
+        counts = synthetic_counts(release.gaussians.counts, samples_per_class=0)
+        outcomes.append((total, release, counts, sample_latents(release.gaussians, counts, seed=0)))
+
+    (total_3, release_3, counts_3, (set_3, _)), (total_30, release_30, counts_30, (set_30, _)) = outcomes
+    np.testing.assert_array_equal(total_3, total_30)
+    np.testing.assert_array_equal(release_3.noisy.to_flat(), release_30.noisy.to_flat())
+    assert release_3.manifest == release_30.manifest
+    assert counts_3 == counts_30 and sum(counts_3) == pytest.approx(600, abs=20)  # count noise std 5 per class
+    np.testing.assert_array_equal(set_3, set_30)
+
+
+def test_expected_noise_trace_matches_the_psd_part_of_simulated_noise():
+    rng = np.random.default_rng(0)
+    dim, std_outer, count = 64, 3.0, 2.0
+    traces = []
+    for _ in range(100):
+        upper = np.triu(rng.normal(0.0, std_outer / np.sqrt(2), (dim, dim)), 1)
+        noise = (upper + upper.T + np.diag(rng.normal(0.0, std_outer, dim))) / count
+        eigenvalues = np.linalg.eigvalsh(noise)
+        traces.append(eigenvalues[eigenvalues > 0].sum())
+
+    assert expected_noise_trace(std_outer, count, dim) == pytest.approx(np.mean(traces), rel=0.02)
+
+
+def _class_of(n, dim=128, clip_norm=34.0, seed=0):
+    """n clipped latents with mean norm ~25 and a rank-8 spread, as (statistics, noise-free covariance)."""
+    rng = np.random.default_rng(seed)
+    mean = rng.normal(size=dim)
+    mean *= 25 / np.linalg.norm(mean)
+    z = mean + rng.normal(size=(n, 8)) @ rng.normal(size=(dim, 8)).T + 0.3 * rng.normal(size=(n, dim))
+    z *= np.minimum(1.0, clip_norm / np.linalg.norm(z, axis=1, keepdims=True))
+    stats = ClassStatistics(z.sum(axis=0)[None], upper_triangle(z.T @ z)[None], np.array([float(n)]))
+    return stats, np.cov(z.T, bias=True)
+
+
+def test_diagnostics_flag_a_small_class_and_estimate_how_much_of_it_is_noise():
+    stats, covariance = _class_of(100)
+    calibration = calibrate_noise(10.0, 1e-5, clip_norm=34.0)
+
+    release = release_class_gaussians(stats, calibration, noise_seed=1, min_count=10.0, class_names=["MEL"])
+
+    diagnostics = release.manifest["diagnostics"]["MEL"]
+    true_inflation = diagnostics["released_trace"] / np.trace(covariance)
+    assert diagnostics["released"] and diagnostics["records"] == pytest.approx(100, abs=20)
+    assert diagnostics["mean_noise_to_signal"] == pytest.approx(
+        calibration.std_mean * np.sqrt(128) / 100 / 25, rel=0.25)
+    assert 2.0 < diagnostics["covariance_noise_to_signal"] < 5.0
+    assert true_inflation > 4 and diagnostics["trace_inflation"] == pytest.approx(true_inflation, rel=0.5)
+    assert 100 < diagnostics["records_for_useful_mean"] < 160
+    assert "class MEL: noise dominates" in diagnostics["warning"]
+    assert release.manifest["warnings"] == [diagnostics["warning"]]
+
+
+def test_diagnostics_of_a_large_class_warn_of_nothing():
+    stats, covariance = _class_of(20000)
+
+    release = release_class_gaussians(stats, calibrate_noise(10.0, 1e-5, clip_norm=34.0), noise_seed=1,
+                                      min_count=10.0, class_names=["NV"])
+
+    diagnostics = release.manifest["diagnostics"]["NV"]
+    assert diagnostics["warning"] is None and release.manifest["warnings"] == []
+    assert diagnostics["mean_noise_to_signal"] < 0.01 and diagnostics["covariance_noise_to_signal"] < 0.05
+    assert diagnostics["trace_inflation"] == pytest.approx(diagnostics["released_trace"] / np.trace(covariance),
+                                                           rel=0.02)
+    assert diagnostics["records_for_useful_mean"] < diagnostics["records_for_useful_covariance"] < 1000
+
+
+def test_withheld_classes_are_named_in_the_diagnostics():
+    stats = _stats(num_classes=3)
+    stats = ClassStatistics(stats.sums, stats.outer_upper, np.array([stats.counts[0], stats.counts[1], 0.0]))
+
+    release = release_class_gaussians(stats, calibrate_noise(10.0, 1e-5, clip_norm=10.0), noise_seed=3,
+                                      min_count=10.0, class_names=["A", "B", "C"])
+
+    assert release.manifest["diagnostics"]["C"]["released"] is False
+    assert "class C withheld" in release.manifest["diagnostics"]["C"]["warning"]
