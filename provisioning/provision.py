@@ -152,9 +152,18 @@ def protect_private_keys(federation: Federation) -> None:
 
 
 def provision(project: dict[str, Any], workspace: Path, accepted_roles: list[str] | None = None,
-              server_storage: Path | None = None, stream_site_logs: bool = False) -> Federation:
-    """Provision `project` into `workspace` and write our policy into every kit."""
+              server_storage: Path | None = None, stream_site_logs: bool = False, new_ca: bool = False) -> Federation:
+    """Provision `project` into `workspace` and write our policy into every kit.
+
+    Kits made before and a missing CA state mean the state was moved offline: FLARE would silently make a new root CA
+    that none of the existing kits trusts, so that needs `new_ca`.
+    """
     workspace = Path(workspace).resolve()
+    state = workspace / project["name"] / "state" / "cert.json"
+    if not new_ca and not state.is_file() and any((workspace / project["name"]).glob("prod_*")):
+        raise RuntimeError(f"{state} is missing but kits of {project['name']} exist in {workspace / project['name']}: "
+                           "restore the CA state from its offline copy to add or re-issue kits under the same root CA, or "
+                           "pass --new-ca to make a new root CA (every participant then needs its new kit)")
     workspace.mkdir(parents=True, exist_ok=True)
     project_file = workspace / "project.yml"
     project_file.write_text(yaml.safe_dump(project, sort_keys=False))
@@ -197,21 +206,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--accepted-roles", default=",".join(DEFAULT_ACCEPTED_ROLES),
                         help="submitter roles sites accept (written into each site's local/site_policy.json)")
     parser.add_argument("--server-storage", type=Path, help="job/snapshot storage on the server (default: inside its kit)")
+    parser.add_argument("--new-ca", action="store_true",
+                        help="make a new root CA although kits exist and the CA state is absent (every kit is replaced)")
     parser.add_argument("--stream-site-logs", action="store_true",
                         help="let sites stream job and error logs to the server (off: logs may name local files)")
     args = parser.parse_args(argv)
     project = customise(load_template(args.project), args.name, args.sites.split(",") if args.sites else None,
                         _parse_admins(args.admin), args.port)
-    federation = provision(project, args.workspace, args.accepted_roles.split(","), args.server_storage, args.stream_site_logs)
+    try:
+        federation = provision(project, args.workspace, args.accepted_roles.split(","), args.server_storage,
+                               args.stream_site_logs, args.new_ca)
+    except RuntimeError as exc:
+        print(f"fl-provision: {exc}", file=sys.stderr)
+        return 1
     print(f"provisioned {federation.project}: kits in {federation.kits_dir}")
     print(f"  server: {federation.kit(federation.server)}")
     for site in federation.sites:
         print(f"  site:   {federation.kit(site)}  (give it to {site}'s IT with docs/site-it-guide.md)")
     for admin, role in federation.admins.items():
         print(f"  admin:  {federation.kit(admin)}  (role {role})")
-    print(f"\nThe root CA's private key is in {federation.ca_state / 'cert.json'} (owner-only). It signs every kit of "
-          f"{federation.project}: move {federation.ca_state} offline (an encrypted medium in a safe) once the kits are "
-          "made, and bring it back only to add or replace a participant (docs/admin-guide.md).")
+    print(f"\nThe root CA's private key, and every participant's, is in {federation.ca_state / 'cert.json'} "
+          f"(owner-only). It signs every kit of {federation.project}: move {federation.ca_state} offline (an encrypted "
+          "medium in a safe) once the kits are made, and bring it back only to add or re-issue a kit "
+          "(docs/admin-guide.md).")
     return 0
 
 

@@ -97,6 +97,23 @@ def test_command_line_provisions_the_template(tmp_path, capsys):
 
     out = capsys.readouterr().out
     assert "st-mary" in out and "general" in out
-    assert f"root CA's private key is in {tmp_path / 'hospital-federation' / 'state' / 'cert.json'}" in out
+    state = tmp_path / "hospital-federation" / "state"
+    assert f"root CA's private key, and every participant's, is in {state / 'cert.json'}" in out
     assert "offline" in out
+
+
+def test_kits_are_added_under_the_same_root_ca_only_with_its_state(tmp_path, capsys):
+    first = provision(customise(load_template(None), sites=["st-mary"], port=18557), tmp_path)
+    offline = tmp_path / "offline-state"
+    first.ca_state.rename(offline)
+
+    assert main(["--workspace", str(tmp_path), "--sites", "st-mary,general", "--port", "18557"]) == 1
+    assert "state/cert.json is missing but kits of hospital-federation exist" in capsys.readouterr().err
+    offline.rename(first.ca_state)
+    second = provision(customise(load_template(None), sites=["st-mary", "general"], port=18557), tmp_path)
+
+    root_ca = (first.kit("st-mary") / "startup" / "rootCA.pem").read_bytes()
+    assert (second.kit("general") / "startup" / "rootCA.pem").read_bytes() == root_ca
+    assert (second.kit("st-mary") / "startup" / "client.crt").read_bytes() == \
+        (first.kit("st-mary") / "startup" / "client.crt").read_bytes()
     assert (tmp_path / "hospital-federation" / "prod_00" / "st-mary" / "local" / "resources.json").is_file()
