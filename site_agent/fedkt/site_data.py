@@ -57,9 +57,14 @@ def load_split(folder: Path, classes: Sequence[str], holdout_fraction: float, se
 
 
 def statistics_vector(autoencoder: LoadedAutoencoder, folder: Path, classes: Sequence[str], image_size: int,
-                      holdout_fraction: float, seed: int, batch_size: int = 32) -> np.ndarray:
-    """The site's unmasked fixed-point statistics on Z/2^64: what the job masks and sends, and what the export holds."""
+                      holdout_fraction: float, seed: int) -> np.ndarray:
+    """The site's unmasked fixed-point statistics on Z/2^64: what the job masks and sends, and what the export holds.
+
+    Encoded in batches of the one fixed size (`stats.ENCODE_BATCH_SIZE`), so the vector does not depend on how many
+    images this site holds: any split of the same records over sites sums to the same bits (on the same hardware
+    and software; see docs/fedkt-csd-privacy.md).
+    """
     split = load_split(folder, classes, holdout_fraction, seed)
     data = read_images(split.statistics, image_size)
     return site_statistics(autoencoder.model, to_autoencoder_range(data.images), data.labels, len(classes),
-                           autoencoder.clip_norm, batch_size)
+                           autoencoder.clip_norm)

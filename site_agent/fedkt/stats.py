@@ -8,15 +8,26 @@ over sites is the same bits as one site's vector over all records, whatever the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import torch
 from diffusers import AutoencoderDC
 
 from fl_contract.fedkt.wire import RING_DTYPE, check_capacity, join_fields, quantize_latents, upper_triangle
 
+ENCODE_BATCH_SIZE = 32  # the one batch size every latent is encoded in, on every site (see encode_latents)
 
-def encode_latents(model: AutoencoderDC, images: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
-    """(N, 3, H, W) images in [-1, 1] -> (N, d) flattened latents `model.encode(x).latent`, float32 on CPU."""
+
+def encode_latents(model: AutoencoderDC, images: torch.Tensor) -> torch.Tensor:
+    """(N, 3, H, W) images in [-1, 1] -> (N, d) flattened latents `model.encode(x).latent`, float32 on CPU.
+
+    Every batch holds exactly ENCODE_BATCH_SIZE images (the last one padded with zeros) and runs with
+    deterministic kernels, so an image's latent has the same bits however many images its site holds: CPU kernels
+    take other code paths for other batch sizes (batches of 1 or 3 differ from 32 by up to ~4e-5), and that would
+    move a latent across a fixed-point grid line now and then, breaking the partition invariance of the sums.
+    """
     if images.ndim != 4 or images.shape[1] != model.config.in_channels:
         raise ValueError(f"expected images (N, {model.config.in_channels}, H, W), got {tuple(images.shape)}")
     if images.shape[0] == 0:
@@ -24,9 +35,30 @@ def encode_latents(model: AutoencoderDC, images: torch.Tensor, batch_size: int =
     if images.min() < -1.0 or images.max() > 1.0:
         raise ValueError("images must be scaled to [-1, 1] (use fl_contract.models.dcae.to_autoencoder_range)")
     device = next(model.parameters()).device
-    with torch.inference_mode():
-        batches = [model.encode(batch.to(device)).latent.flatten(1).float().cpu() for batch in images.split(batch_size)]
-    return torch.cat(batches)
+    latents = []
+    with torch.inference_mode(), _deterministic_kernels():
+        for batch in images.split(ENCODE_BATCH_SIZE):
+            padding = batch.new_zeros(ENCODE_BATCH_SIZE - len(batch), *batch.shape[1:])
+            encoded = model.encode(torch.cat([batch, padding]).to(device)).latent
+            latents.append(encoded[: len(batch)].flatten(1).float().cpu())
+    return torch.cat(latents)
+
+
+@contextmanager
+def _deterministic_kernels() -> Iterator[None]:
+    """Deterministic torch algorithms and no cuDNN autotuning while encoding; the previous settings after.
+
+    `warn_only`: an op without a deterministic CUDA kernel (or cuBLAS without CUBLAS_WORKSPACE_CONFIG) warns
+    instead of stopping the site.
+    """
+    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, benchmark=False, deterministic=True,
+                                        allow_tf32=torch.backends.cudnn.allow_tf32):
+            yield
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
 
 
 def clip_latents(latents: torch.Tensor, clip_norm: float) -> torch.Tensor:
@@ -57,6 +89,6 @@ def class_statistics(latents: torch.Tensor, labels: torch.Tensor, num_classes: i
 
 
 def site_statistics(model: AutoencoderDC, images: torch.Tensor, labels: torch.Tensor, num_classes: int,
-                    clip_norm: float, batch_size: int = 64) -> np.ndarray:
+                    clip_norm: float) -> np.ndarray:
     """Encode a site's images (in [-1, 1]) and reduce them to the per-class statistics' ring vector."""
-    return class_statistics(encode_latents(model, images, batch_size), labels, num_classes, clip_norm)
+    return class_statistics(encode_latents(model, images), labels, num_classes, clip_norm)

@@ -31,7 +31,7 @@ class FedKTCSDTask(TaskExecutor):
     RELEASE = DP_STATISTICS
 
     def __init__(self, *, classes: list[str], dataset: str, autoencoder: str, image_size: int,
-                 holdout_fraction: float, batch_size: int = 32, reviewed_statistics: str | None,
+                 holdout_fraction: float, reviewed_statistics: str | None,
                  seed: int):
         super().__init__(seed=seed)
         self.classes = list(classes)
@@ -39,7 +39,6 @@ class FedKTCSDTask(TaskExecutor):
         self.autoencoder = autoencoder
         self.image_size = image_size
         self.holdout_fraction = holdout_fraction
-        self.batch_size = batch_size
         self.reviewed_statistics = reviewed_statistics
         self._loaded: LoadedAutoencoder | None = None
         self._session: str | None = None
@@ -62,7 +61,7 @@ class FedKTCSDTask(TaskExecutor):
             vector = read_export(ctx.data_dir(self.reviewed_statistics), settings, self._loaded.identity)
         else:
             vector = statistics_vector(self._loaded, ctx.data_dir(self.dataset), self.classes, self.image_size,
-                                       self.holdout_fraction, self.seed, self.batch_size)
+                                       self.holdout_fraction, self.seed)
         self.note_for_audit(statistics_sha256=payload_sha256(vector))  # matches the reviewed export's payload_sha256
         public_keys = {site: np.asarray(key, dtype=np.uint8).tobytes() for site, key in model.params.items()}
         private_key, self._private_key = self._private_key, None  # one key, one aggregation
@@ -74,4 +73,4 @@ class FedKTCSDTask(TaskExecutor):
         held_out = read_images(split.holdout, self.image_size)
         classifier = build_classifier(self.image_size, len(self.classes))
         load_numpy_params(classifier, model.params)
-        return FLModel(metrics=evaluate_classifier(classifier, held_out.images, held_out.labels))
+        return FLModel(metrics=evaluate_classifier(classifier, held_out.images, held_out.labels, self.classes))

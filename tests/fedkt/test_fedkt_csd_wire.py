@@ -1,4 +1,4 @@
-"""What a FedKT-CSD site sends: a public key, then one masked uint64 vector, and nothing else.
+"""What a FedKT-CSD site sends: a public key, then one masked uint64 vector, the evaluation's metrics, nothing else.
 
 The site tasks run as FLARE runs them (through the shareable), with keys relayed as the server relays them.
 """
@@ -16,16 +16,19 @@ from nvflare.app_common.decomposers import common_decomposers
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 from nvflare.fuel.utils import fobs
 
-from server_app.privacy.unmask import unmask_sum
 from fl_contract.classes import PLAYERFL_CLASSES
-from site_agent.data.synthetic_isic import write_isic_site
 from fl_contract.fedkt import protocol
-from site_agent.fedkt.site_data import statistics_vector
+from fl_contract.fedkt.classifier import build_classifier
 from fl_contract.fedkt.wire import RING_DTYPE, class_length
+from fl_contract.models import state_dict_to_numpy
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
-from site_agent.site_config import SiteConfig, write_site_config
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
+from server_app.privacy.unmask import unmask_sum
+from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.fedkt.site_data import statistics_vector
+from site_agent.site_config import SiteConfig, write_site_config
 from site_agent.tasks.executor import SiteContext
+from site_agent.tasks.fedkt_csd import FedKTCSDTask
 
 SITES = ["site-1", "site-2", "site-3"]
 CLASSES = list(PLAYERFL_CLASSES)
@@ -96,6 +99,19 @@ def test_site_refuses_a_server_with_another_autoencoder(federation, tmp_path):
 
     with pytest.raises(ValueError, match="site-1 does not match.*autoencoder weights_sha256"):
         _task().task_keys(_announce(other), contexts["site-1"])
+
+
+def test_evaluation_sends_only_the_documented_metrics(federation):
+    _, contexts = federation
+    classifier = FLModel(params=state_dict_to_numpy(build_classifier(64, len(CLASSES))))
+
+    sent = _over_the_wire(_task().task_evaluate(classifier, contexts["site-1"]))
+
+    recall = {key for key in sent.metrics if key.startswith(protocol.RECALL_PREFIX)}
+    assert set(sent.metrics) - recall == set(protocol.EVALUATION_METRICS)
+    assert recall and recall <= {protocol.RECALL_PREFIX + name for name in CLASSES}
+    assert all(isinstance(value, float) for value in sent.metrics.values())
+    assert not sent.params and not sent.meta
 
 
 def _task():

@@ -6,7 +6,13 @@ import torch
 
 from fl_contract.fedkt.wire import RING_DTYPE, fixed_point_scales, from_ring, ring_fields
 from fl_contract.models.dcae import build_tiny_dcae
-from site_agent.fedkt.stats import class_statistics, clip_latents, encode_latents, site_statistics
+from site_agent.fedkt.stats import (
+    ENCODE_BATCH_SIZE,
+    class_statistics,
+    clip_latents,
+    encode_latents,
+    site_statistics,
+)
 
 
 def test_clipping_scales_only_long_latents():
@@ -70,15 +76,36 @@ def test_encoder_needs_images_in_minus_one_to_one():
         encode_latents(model, torch.full((1, 3, 64, 64), 2.0))
 
 
-def test_site_statistics_from_tiny_autoencoder_have_d128_and_batching_does_not_matter():
+def test_site_statistics_from_tiny_autoencoder_have_d128():
     model = build_tiny_dcae(seed=0).eval()
     images = torch.rand(6, 3, 64, 64, generator=torch.Generator().manual_seed(1)) * 2 - 1
     labels = torch.tensor([0, 1, 0, 1, 1, 0])
 
-    one_batch = from_ring(site_statistics(model, images, labels, num_classes=2, clip_norm=1.0, batch_size=6), 2, 1.0)
-    small_batches = from_ring(site_statistics(model, images, labels, num_classes=2, clip_norm=1.0, batch_size=4), 2,
-                              1.0)
+    stats = from_ring(site_statistics(model, images, labels, num_classes=2, clip_norm=1.0), 2, 1.0)
 
-    assert one_batch.dim == 128
-    np.testing.assert_array_equal(one_batch.counts, [3, 3])
-    np.testing.assert_allclose(one_batch.to_flat(), small_batches.to_flat(), atol=1e-3)
+    assert stats.dim == 128
+    np.testing.assert_array_equal(stats.counts, [3, 3])
+
+
+def test_one_site_with_n_images_and_n_one_image_sites_sum_to_the_same_bits():
+    model = build_tiny_dcae(seed=0).eval()
+    n = ENCODE_BATCH_SIZE + 1  # one full batch and one padded
+    images = torch.rand(n, 3, 64, 64, generator=torch.Generator().manual_seed(2)) * 2 - 1
+    labels = torch.arange(n) % 3
+    clip_norm = float(encode_latents(model, images).norm(dim=1).median())  # about half the latents are clipped
+
+    one_site = site_statistics(model, images, labels, 3, clip_norm)
+    one_image_sites = [site_statistics(model, images[i : i + 1], labels[i : i + 1], 3, clip_norm) for i in range(n)]
+    uneven_sites = [site_statistics(model, images[a:b], labels[a:b], 3, clip_norm)
+                    for a, b in [(0, 1), (1, 4), (4, 20), (20, n)]]
+
+    np.testing.assert_array_equal(np.sum(one_image_sites, axis=0, dtype=RING_DTYPE), one_site)
+    np.testing.assert_array_equal(np.sum(uneven_sites, axis=0, dtype=RING_DTYPE), one_site)
+
+
+def test_encoding_restores_the_callers_determinism_settings():
+    model = build_tiny_dcae(seed=0).eval()
+
+    encode_latents(model, torch.zeros(1, 3, 64, 64))
+
+    assert not torch.are_deterministic_algorithms_enabled()
