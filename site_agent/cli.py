@@ -15,6 +15,8 @@ from site_agent import __version__
 _COMMAND_MODULES = (
     "site_agent.site_config",
     "site_agent.preflight",
+    "site_agent.start",
+    "site_agent.service",
     "site_agent.ledger",
     "site_agent.audit",
     "site_agent.data.demo_cli",

@@ -1,15 +1,19 @@
 """A site's startup kit as FLARE's provisioning writes it, and the certificate checks FLARE itself skips.
 
 FLARE's `preflight-check` passes a kit whose site certificate was signed by another CA; the client then hangs
-silently. We verify the chain, the dates and the key ourselves with `cryptography`.
+silently. We verify the chain, the dates, the key and the site name ourselves with `cryptography`, and ask the
+server itself whether it accepts the certificate (`exchange_with_server`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import socket
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -30,6 +34,7 @@ class SiteKit:
     server_host: str
     server_port: int
     server_identity: str
+    scheme: str = "grpc"  # FLARE's transport to the server: grpc, http (aiohttp over TLS) or tcp
 
     @property
     def startup(self) -> Path:
@@ -57,7 +62,8 @@ class SiteKit:
             config = json.loads(config_path.read_text())
             server = config["servers"][0]
             host, port = server["service"]["target"].rsplit(":", 1)
-            return cls(root, config["client"]["fqsn"], host, int(port), server.get("identity", host))
+            return cls(root, config["client"]["fqsn"], host, int(port), server.get("identity", host),
+                       server["service"].get("scheme", "grpc"))
         except (json.JSONDecodeError, KeyError, IndexError, ValueError) as exc:
             raise KitError(f"{config_path}: unreadable ({exc!r}); ask the federation lead for a fresh kit") from exc
 
@@ -84,10 +90,17 @@ def _common_name(name: x509.Name) -> str:
     return str(attrs[0].value) if attrs else name.rfc4514_string()
 
 
+def certificate_organisation(cert_path: Path) -> str:
+    """The certificate's O: FLARE's start scripts pass it to the client and server as `org`."""
+    attrs = _load_certificate(cert_path).subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+    return str(attrs[0].value) if attrs else ""
+
+
 def verify_certificate_chain(
-    cert_path: Path, key_path: Path, root_ca_path: Path, now: dt.datetime | None = None
+    cert_path: Path, key_path: Path, root_ca_path: Path, now: dt.datetime | None = None, site_name: str | None = None
 ) -> CertificateReport:
-    """Check that the certificate was issued by the kit's root CA, is within its dates, and matches the private key."""
+    """Check that the certificate was issued by the kit's root CA, is within its dates, matches the private key and,
+    given `site_name`, is this site's: the server refuses a site whose name differs from its certificate's, silently."""
     now = now or dt.datetime.now(dt.UTC)
     cert, root = _load_certificate(cert_path), _load_certificate(root_ca_path)
     try:
@@ -101,8 +114,9 @@ def verify_certificate_chain(
         ) from exc
     for label, c, path in (("certificate", cert, cert_path), ("root CA", root, root_ca_path)):
         if now < c.not_valid_before_utc:
-            raise KitError(f"{path}: {label} is not valid before {c.not_valid_before_utc:%Y-%m-%d}; "
-                           "check this machine's clock")
+            raise KitError(f"{path}: {label} is not valid before {c.not_valid_before_utc:%Y-%m-%d %H:%M} UTC; "
+                           "check this machine's clock (timedatectl); if it is right, the certificate was issued "
+                           "with a future start date: ask the federation lead to re-provision")
         if now > c.not_valid_after_utc:
             raise KitError(f"{path}: {label} expired on {c.not_valid_after_utc:%Y-%m-%d}; "
                            "ask the federation lead to re-provision")
@@ -116,5 +130,59 @@ def verify_certificate_chain(
     pem = serialization.Encoding.PEM
     if key.public_key().public_bytes(pem, public) != cert.public_key().public_bytes(pem, public):
         raise KitError(f"{key_path}: does not belong to {cert_path}; the kit mixes files from different provisionings")
+    subject = _common_name(cert.subject)
+    if site_name is not None and subject != site_name:
+        raise KitError(f"{cert_path}: certificate is for site {subject!r} but the kit's startup/fed_client.json names "
+                       f"the site {site_name!r}; the server refuses a site whose name differs from its certificate's. "
+                       "Use the kit the federation lead made for this site, unedited")
     days_left = (cert.not_valid_after_utc - now).days
-    return CertificateReport(_common_name(cert.subject), _common_name(cert.issuer), cert.not_valid_after_utc, days_left)
+    return CertificateReport(subject, _common_name(cert.issuer), cert.not_valid_after_utc, days_left)
+
+
+class ServerRefused(KitError):
+    """The server completed the TLS handshake, then refused this site's certificate (it closed the connection)."""
+
+
+@dataclass(frozen=True)
+class ServerAnswer:
+    names: list[str]  # common names in the server's certificate
+    reply: str  # the server's answer to data sent after the handshake; "" on a transport that cannot be asked
+
+
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + empty SETTINGS frame
+_HTTP2_SETTINGS = 4
+
+
+def exchange_with_server(kit: SiteKit, timeout: float = 5.0) -> ServerAnswer:
+    """Mutual-TLS handshake with the kit's server, then one protocol exchange.
+
+    With TLS 1.3 the site's handshake completes before the server has checked the site's certificate; a server that
+    refuses it closes the connection afterwards. Only an answer to data sent after the handshake proves acceptance:
+    an HTTP response on FLARE's http transport (aiohttp), a SETTINGS frame on grpc (HTTP/2). Raises ssl.SSLError
+    when the handshake fails, ServerRefused when the server closes the connection, OSError when unreachable.
+    """
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(kit.root_ca))
+    context.check_hostname = False  # FLARE names the server by its provisioned identity; the caller checks it
+    context.load_cert_chain(str(kit.certificate), str(kit.private_key))
+    requests = {"http": f"GET / HTTP/1.1\r\nHost: {kit.server_host}\r\nConnection: close\r\n\r\n".encode(),
+                "grpc": _HTTP2_PREFACE}
+    request = requests.get(kit.scheme)
+    if kit.scheme == "grpc":
+        context.set_alpn_protocols(["h2"])
+    with socket.create_connection((kit.server_host, kit.server_port), timeout=timeout) as sock:
+        with context.wrap_socket(sock) as tls:
+            subject = cast("tuple[tuple[tuple[str, str], ...], ...]", (tls.getpeercert() or {}).get("subject", ()))
+            names = [value for rdn in subject for key, value in rdn if key == "commonName"]
+            if request is None:
+                return ServerAnswer(names, "")
+            try:
+                tls.sendall(request)
+                reply = tls.recv(64)
+            except (ssl.SSLError, ConnectionResetError, BrokenPipeError) as exc:
+                raise ServerRefused(f"the server ended the connection after the TLS handshake ({exc})") from exc
+    if not reply:
+        raise ServerRefused("the server closed the connection after the TLS handshake")
+    if kit.scheme == "grpc":
+        return ServerAnswer(names, "an HTTP/2 SETTINGS frame" if len(reply) > 3 and reply[3] == _HTTP2_SETTINGS
+                            else f"{len(reply)} bytes")
+    return ServerAnswer(names, reply.split(b"\r\n", 1)[0].decode("latin-1"))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import ssl
 import sys
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from site_agent import __version__
-from site_agent.kit import EXPIRY_WARNING_DAYS, KitError, SiteKit, verify_certificate_chain
+from site_agent.kit import EXPIRY_WARNING_DAYS, KitError, ServerRefused, SiteKit, exchange_with_server, verify_certificate_chain
 from site_agent.policy import PolicyInForce
 from site_agent.site_config import SiteConfig, SiteConfigError
 from site_agent.site_guard import SITE_GUARD_PATH
@@ -41,11 +40,13 @@ class CheckResult:
     fix: str = ""
     problems: tuple[str, ...] = ()
     """Every bad file the check found, each naming the file and why: listed under the table."""
+    transient: bool = False
+    """A FAIL that may clear by itself (the server is down): `site-agent start` exits so that its service retries."""
 
 
 def check_certificate(kit: SiteKit) -> CheckResult:
     try:
-        report = verify_certificate_chain(kit.certificate, kit.private_key, kit.root_ca)
+        report = verify_certificate_chain(kit.certificate, kit.private_key, kit.root_ca, site_name=kit.site_name)
     except KitError as exc:
         return CheckResult("certificate", FAIL, str(exc), "ask the federation lead for this site's startup kit")
     detail = f"{report.subject} issued by {report.issuer}, valid until {report.not_after:%Y-%m-%d} ({report.days_left} days)"
@@ -55,26 +56,36 @@ def check_certificate(kit: SiteKit) -> CheckResult:
 
 
 def check_server(kit: SiteKit, timeout: float = 5.0) -> CheckResult:
-    """Mutual-TLS handshake with the server: proves reachability, the server's chain and that it accepts our cert."""
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(kit.root_ca))
-    context.check_hostname = False  # FLARE names the server by its provisioned identity, checked below
-    context.load_cert_chain(str(kit.certificate), str(kit.private_key))
+    """Mutual TLS with the server, then an exchange of data: only the server's answer after the handshake proves
+    that it accepts this site's certificate (TLS 1.3 finishes the site's side of the handshake before that check)."""
     where = f"{kit.server_host}:{kit.server_port}"
     try:
-        with socket.create_connection((kit.server_host, kit.server_port), timeout=timeout) as sock:
-            with context.wrap_socket(sock) as tls:
-                peer = tls.getpeercert() or {}
+        answer = exchange_with_server(kit, timeout)
+    except ServerRefused as exc:
+        return CheckResult("server", FAIL, f"{where} refused this site's certificate: {exc}",
+                           "the server does not trust this certificate. If the certificate row is OK, the kit predates "
+                           "the server's current provisioning or this machine's clock differs from the server's: "
+                           "ask the federation lead for this site's current kit")
     except ssl.SSLError as exc:
         return CheckResult("server", FAIL, f"TLS handshake with {where} failed: {exc.reason or exc}",
                            "the server was provisioned by another project or the kit is not this federation's")
+    except TimeoutError:
+        return CheckResult("server", FAIL, f"{where} did not answer within {timeout:.0f} s",
+                           "check that the server runs and that no firewall or proxy holds the connection",
+                           transient=True)
     except OSError as exc:
         return CheckResult("server", FAIL, f"cannot reach {where}: {exc}",
-                           "check that the server runs, the address resolves and the firewall allows the port")
-    names = [value for rdn in peer.get("subject", ()) for key, value in rdn if key == "commonName"]
-    if kit.server_identity not in names:
-        return CheckResult("server", FAIL, f"{where} presents certificate {names}, expected {kit.server_identity!r}",
+                           "check that the server runs, the address resolves and the firewall allows the port",
+                           transient=True)
+    if kit.server_identity not in answer.names:
+        return CheckResult("server", FAIL, f"{where} presents certificate {answer.names}, expected {kit.server_identity!r}",
                            "the address points to another server; check DNS / the kit")
-    return CheckResult("server", OK, f"{where} answered mutual TLS as {kit.server_identity}")
+    if not answer.reply:
+        return CheckResult("server", WARN, f"{where}: mutual TLS with {kit.server_identity} completed; FLARE's "
+                           f"{kit.scheme!r} transport gives no answer that proves it accepts this site's certificate",
+                           "`site-agent start` waits for the site's registration and names a refusal")
+    return CheckResult("server", OK, f"{where}: {kit.server_identity} accepted this site's certificate "
+                       f"(answered {answer.reply} after mutual TLS)")
 
 
 def check_policy(kit: SiteKit) -> CheckResult:

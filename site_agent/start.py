@@ -1,0 +1,321 @@
+"""`site-agent start`: start the site's FLARE client, prove within seconds that the server let it join, and
+supervise it in the foreground (what site IT runs, and what the service unit runs).
+
+FLARE's own start script starts a client that, refused by the server (certificate from another CA, expired or not
+yet valid, a site name its certificate does not carry), runs on silently and never joins. Here:
+1. the fast preflight rows run first (certificate, site policy, server: the server must answer after mutual TLS);
+2. the client starts the way the kit's `sub_start.sh` starts it, in its own process group, its output relayed;
+3. if its log does not say "Successfully registered client" within the timeout, the client is stopped (its
+   process group and every process it started, by PID), the reason and the fix go to the console and to
+   `<kit>/site-agent.log`, and the command exits non-zero;
+4. once registered it stays in the foreground: SIGTERM/SIGINT stop the client (exit 0), a client that dies ends
+   the command with the client's status so that a service manager restarts it; an admin's `restart` restarts the
+   client here, an admin's `shutdown` ends the command with 0. Under systemd (Type=notify) it reports READY once
+   registered and feeds the watchdog while the client runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from types import FrameType
+
+import psutil
+
+from site_agent.kit import KitError, SiteKit, certificate_organisation
+from site_agent.preflight import FAIL, CheckResult, check_certificate, check_policy, check_server, format_table
+
+CLIENT_MODULE = "nvflare.private.fed.app.client.client_train"
+REGISTERED = "Successfully registered client:"  # FLARE 2.9, nvflare/private/fed/client/fed_client_base.py
+LOG_NAME = "site-agent.log"
+
+EXIT_REFUSED = 78  # EX_CONFIG: the kit or the server's answer needs a person; the service unit does not restart
+EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: the server is unreachable or slow; the service unit retries
+DEFAULT_TIMEOUT_S = 10.0
+STOP_GRACE_S = 10.0
+_POLL_S = 0.5
+
+
+class SiteLog:
+    """What the command decides, on the console (stderr) and appended to `<kit>/site-agent.log`."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __call__(self, message: str) -> None:
+        print(f"site-agent: {message}", file=sys.stderr, flush=True)
+        stamp = dt.datetime.now().astimezone().isoformat(timespec="seconds")
+        with self.path.open("a") as log:
+            log.writelines(f"{stamp} {line}\n" for line in message.splitlines())
+
+
+def notify(message: str) -> None:
+    """Tell systemd (Type=notify) how the site is doing; nothing when not run by systemd."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):  # abstract socket namespace
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.sendto(message.encode(), address)
+        except OSError:
+            pass
+
+
+class Watchdog:
+    """Feeds systemd's watchdog (WatchdogSec) at half its interval while the client runs."""
+
+    def __init__(self) -> None:
+        usec = os.environ.get("WATCHDOG_USEC", "")
+        self.interval = int(usec) / 2e6 if usec.isdigit() else 0.0
+        self.last = 0.0
+
+    def feed(self) -> None:
+        if self.interval and time.monotonic() - self.last >= self.interval:
+            notify("WATCHDOG=1")
+            self.last = time.monotonic()
+
+
+class StopRequest:
+    """SIGTERM / SIGINT handler: the loops below see the request within one poll and stop the client."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.signum = signum
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+class FlareClient:
+    """FLARE's client process for one kit, started as the kit's start script starts it (minus its restart loop and
+    `local/custom` on the Python path), in its own process group, with its output relayed to ours."""
+
+    def __init__(self, kit: SiteKit, org: str):
+        command = [sys.executable, "-u", "-m", CLIENT_MODULE, "-m", str(kit.root), "-s", "fed_client.json",
+                   "--set", "secure_train=true", f"uid={kit.site_name}", f"org={org}", "config_folder=config"]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "4")}
+        self.process = subprocess.Popen(command, cwd=kit.root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        self.registered = threading.Event()
+        self.last_lines: collections.deque[str] = collections.deque(maxlen=8)
+        self._marker = f"{REGISTERED}{kit.site_name} ".encode()
+        self._descendants: dict[int, psutil.Process] = {}
+        threading.Thread(target=self._relay, daemon=True).start()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def _relay(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if self._marker in line:
+                self.registered.set()
+            self.last_lines.append(line.decode(errors="replace").rstrip())
+            try:
+                sys.stdout.buffer.write(line)
+                sys.stdout.flush()
+            except (OSError, ValueError):  # our console went away: keep draining, or the client blocks on a full pipe
+                pass
+
+    def track(self) -> None:
+        """Remember the client's descendants: job workers run in their own sessions and outlive a crashed client."""
+        try:
+            children = psutil.Process(self.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return
+        for child in children:
+            self._descendants.setdefault(child.pid, child)
+
+    def stop(self, grace: float = STOP_GRACE_S) -> None:
+        """SIGTERM to the client's process group and to every process it started, SIGKILL to what is left after `grace`."""
+        self.track()
+        workers = list(self._descendants.values())
+        try:
+            os.killpg(self.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for proc in workers:
+            try:
+                proc.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        try:
+            self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        _, alive = psutil.wait_procs(workers, timeout=grace)
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=5.0)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the site did not join: printed and logged, then the command exits with `code`."""
+
+    reason: str
+    fix: str
+    code: int
+
+
+def fast_checks(kit_dir: Path) -> list[CheckResult]:
+    """The preflight rows that decide whether the site can join (the data, device and disk rows do not).
+
+    The certificate and server rows take a second and name every refusal the site can see, so a refused kit stops
+    here at once. The policy row imports the site tasks (torch, ~0.5 GB, seconds): it runs in a child process, so
+    the supervisor does not hold that memory for as long as the site runs.
+    """
+    try:
+        kit = SiteKit.open(kit_dir)
+    except KitError as exc:
+        return [CheckResult("startup kit", FAIL, str(exc), "point --kit at the unpacked startup kit")]
+    results = [check_certificate(kit), check_server(kit)]
+    if _refusal_from(results) is None:
+        with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+            results.insert(1, pool.submit(check_policy, kit).result())
+    return results
+
+
+def _refusal_from(results: list[CheckResult]) -> Refusal | None:
+    """The first failing row decides (certificate before server: a bad certificate explains the server's refusal)."""
+    failed = next((r for r in results if r.status == FAIL), None)
+    if failed is None:
+        return None
+    return Refusal(f"{failed.name}: {failed.detail}", failed.fix, EXIT_UNAVAILABLE if failed.transient else EXIT_REFUSED)
+
+
+def _diagnose(kit: SiteKit, client: FlareClient, waited: float) -> Refusal:
+    """Why the client did not register: the certificate and server rows name a refusal the site can see; otherwise
+    the server took the certificate but not the site, and the client's last lines say what it saw."""
+    refusal = _refusal_from([check_certificate(kit), check_server(kit)])
+    if refusal:
+        return refusal
+    returncode = client.process.poll()
+    seen = "\n  ".join(client.last_lines) or "(no output)"
+    if returncode is not None:
+        return Refusal(f"the FLARE client exited with code {returncode} before registering; its last lines:\n  {seen}",
+                       f"fix what these lines name (the whole log: {kit.root / 'log.txt'})", EXIT_UNAVAILABLE)
+    return Refusal(f"the server accepted this site's certificate but did not register {kit.site_name} within "
+                   f"{waited:.0f} s; the client's last lines:\n  {seen}",
+                   "ask the federation lead whether the server's log names this site; if the server is busy, start "
+                   "again with a longer --timeout", EXIT_UNAVAILABLE)
+
+
+def exit_status(returncode: int) -> int:
+    """The client's status as a shell reports it (a signal N gives 128+N); never 0 for a client nobody stopped."""
+    if returncode < 0:
+        return 128 - returncode
+    return returncode or EXIT_UNAVAILABLE
+
+
+def start_site(kit_dir: Path, timeout: float = DEFAULT_TIMEOUT_S, preflight: bool = True) -> int:
+    """Start, watch and supervise the site's client; returns the exit status. `preflight=False` leaves the refusal
+    to the registration watch alone (tests use it to show that the watch names a refusal by itself)."""
+    kit_dir = Path(kit_dir).resolve()
+    log = SiteLog(kit_dir / LOG_NAME) if kit_dir.is_dir() else SiteLog(Path(os.devnull))
+    stop = StopRequest()
+    try:
+        return _start(kit_dir, timeout, preflight, log, stop)
+    finally:
+        stop.restore()
+
+
+def _start(kit_dir: Path, timeout: float, preflight: bool, log: SiteLog, stop: StopRequest) -> int:
+    if preflight:
+        results = fast_checks(kit_dir)
+        log(f"preflight for {kit_dir}:\n{format_table(results)}")
+        refusal = _refusal_from(results)
+        if refusal:
+            return _give_up(refusal, log, "did not start the FLARE client")
+    try:
+        kit = SiteKit.open(kit_dir)
+        org = certificate_organisation(kit.certificate)
+    except KitError as exc:
+        return _give_up(Refusal(str(exc), "ask the federation lead for this site's startup kit", EXIT_REFUSED), log,
+                        "did not start the FLARE client")
+    while True:
+        client = FlareClient(kit, org)
+        log(f"started the FLARE client for {kit.site_name} (pid {client.pid}); waiting up to {timeout:.0f} s for the "
+            f"server at {kit.server_host}:{kit.server_port} to register it")
+        started = time.monotonic()
+        watchdog = Watchdog()
+        while not client.registered.wait(_POLL_S):
+            watchdog.feed()
+            if stop.signum or client.process.poll() is not None or time.monotonic() - started > timeout:
+                break
+        if stop.signum:
+            return _stop(client, stop, log)
+        if not client.registered.is_set():
+            refusal = _diagnose(kit, client, time.monotonic() - started)
+            client.stop()
+            return _give_up(refusal, log, f"stopped the FLARE client (pid {client.pid})")
+        log(f"{kit.site_name} registered with the server after {time.monotonic() - started:.1f} s; supervising "
+            f"the client (pid {client.pid})")
+        notify(f"READY=1\nSTATUS={kit.site_name} registered with {kit.server_host}:{kit.server_port}")
+        while client.process.poll() is None and not stop.signum:
+            watchdog.feed()
+            client.track()
+            time.sleep(_POLL_S)
+        if stop.signum:
+            return _stop(client, stop, log)
+        returncode = client.process.returncode
+        client.stop()  # job workers of a crashed client
+        if (kit.root / "restart.fl").exists():
+            log(f"an admin restarted {kit.site_name}: starting the FLARE client again")
+            continue
+        if returncode == 0 and (kit.root / "shutdown.fl").exists():
+            log(f"an admin shut {kit.site_name} down; exiting")
+            return 0
+        status = exit_status(returncode)
+        log(f"the FLARE client (pid {client.pid}) ended with code {returncode}; exiting with {status} so that the "
+            f"service manager restarts the site (its log: {kit.root / 'log.txt'})")
+        return status
+
+
+def _stop(client: FlareClient, stop: StopRequest, log: SiteLog) -> int:
+    notify("STOPPING=1")
+    log(f"{signal.Signals(stop.signum).name}: stopping the FLARE client (pid {client.pid})")
+    client.stop()
+    log("stopped")
+    return 0
+
+
+def _give_up(refusal: Refusal, log: SiteLog, action: str) -> int:
+    log(f"the site cannot join the federation: {refusal.reason}\nwhat to do: {refusal.fix}\n"
+        f"{action}; exit code {refusal.code}")
+    return refusal.code
+
+
+def _run(args: argparse.Namespace) -> int:
+    return start_site(Path(args.kit), args.timeout)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("start", help="start the site's FLARE client, check that it joins, supervise it")
+    parser.add_argument("--kit", required=True, help="folder of this site's startup kit")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                        help="seconds the server has to register the site before the start counts as refused")
+    parser.set_defaults(func=_run)
