@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from fl_contract.job_privacy import DP_STATISTICS, WEIGHTS, SitePrivacy
+from provisioning.policy import DEFAULT_ACCEPTED_ROLES, default_site_policy
 from server_app.privacy.dp_calibration import composed_epsilon
 from site_agent.accounting import CLIENT_DP_DELTA, client_dp_epsilon, job_spend
 from site_agent.audit import RESULT_SENT, AuditLog, format_audit
@@ -108,3 +111,10 @@ def test_budget_and_audit_commands_read_the_kit(tmp_path, capsys):
 
     out = capsys.readouterr().out
     assert "job-7" in out and "left epsilon 16" in out and "submitter=lead@x.org" in out
+
+
+def test_the_privacy_officer_guide_explains_every_policy_field():
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "privacy-officer-guide.md").read_text()
+
+    assert [f.name for f in dataclasses.fields(SitePolicy) if f"| `{f.name}`" not in guide and f"`{f.name}` |" not in guide] == []
+    assert json.dumps(default_site_policy(DEFAULT_ACCEPTED_ROLES).to_json(), indent=2) in guide  # what fl-provision writes
