@@ -1,8 +1,10 @@
-"""What a site task records when its result leaves, and the DP rounds it refuses to exceed (FLARE's execute path)."""
+"""What a site task records when its result leaves (and, for FedKT-CSD, the hash the privacy officer matches with the
+reviewed export), and the DP rounds it refuses to exceed; through FLARE's execute path, without processes."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,10 +19,18 @@ from nvflare.app_common.decomposers import common_decomposers
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 from nvflare.fuel.utils import fobs
 
-from fl_contract.job_privacy import WEIGHTS, SitePrivacy
+from fl_contract.classes import PLAYERFL_CLASSES
+from fl_contract.fedkt import protocol
+from fl_contract.job_privacy import DP_STATISTICS, WEIGHTS, SitePrivacy
+from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
+from jobs.fedkt_csd.spec import KIND as FEDKT_CSD
+from jobs.fedkt_csd.spec import FedKTCSDParams
 from site_agent.audit import RESULT_SENT, AuditLog
+from site_agent.cli import main
 from site_agent.data.linear_demo import write_linear_site
+from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.fedkt.export import METADATA_FILE
 from site_agent.site_config import write_site_config
 
 
@@ -62,3 +72,24 @@ def test_a_dp_job_sends_no_more_updates_than_the_rounds_it_declared(tmp_path):
 
     assert [r.get_return_code() for r in replies] == [ReturnCode.OK, ReturnCode.OK, ReturnCode.EXECUTION_EXCEPTION]
     assert len(AuditLog(tmp_path / "local").entries("job-1")) == 2
+
+
+def test_the_fedkt_csd_statistics_hash_in_the_audit_log_matches_the_reviewed_export(tmp_path):
+    autoencoder = save_autoencoder(build_tiny_dcae(0), tmp_path / "tiny-dcae", clip_norm=40.0, provenance="test")
+    write_site_config(tmp_path, {"isic": str(write_isic_site(tmp_path / "isic", 2, 3, 16, alpha=10.0)),
+                                 "dcae": str(autoencoder)})
+    assert main(["fedkt", "export", "--kit", str(tmp_path), "--site", "site-1", "--out", str(tmp_path / "reviewed")]) == 0
+    reviewed = json.loads((tmp_path / "reviewed" / METADATA_FILE).read_text())["payload_sha256"]
+    task = FEDKT_CSD.site_task_component(FedKTCSDParams()).instantiate()
+    fl_ctx = _fl_ctx(tmp_path, SitePrivacy("fedkt-csd", DP_STATISTICS, epsilon=10.0, delta=1e-5, min_clients=3))
+    identity = load_autoencoder(autoencoder).identity
+    announcement = protocol.announcement("s", list(PLAYERFL_CLASSES), 64, identity)
+
+    keys = task.execute("keys", FLModelUtils.to_shareable(FLModel(params={}, meta=announcement)), fl_ctx, Signal())
+    own_key = FLModelUtils.from_shareable(keys).params[protocol.PUBLIC_KEY]
+    peers = FLModelUtils.to_shareable(FLModel(params={"site-1": own_key}, meta={protocol.SESSION: "s"}))
+    task.execute("statistics", peers, fl_ctx, Signal())
+
+    sent = [e for e in AuditLog(tmp_path / "local").entries("job-1") if e["task"] == "statistics"]
+    assert [e["statistics_sha256"] for e in sent] == [reviewed]
+    assert sent[0]["payload_sha256"] != reviewed  # what left is masked
