@@ -4,7 +4,8 @@
     synthetic/            images/<index>_<class>.png, labels.csv (file,label,class), synthetic.npz (images uint8
                           (N, 3, S, S), labels int64, classes)
     grids/<class>.png     up to 8 x 8 synthetic samples of each released class
-    manifest.json         epsilon, delta, R, adjacency, every multiplier and std, autoencoder identity, counts, files
+    manifest.json         epsilon, delta, R, adjacency, every multiplier and std, autoencoder identity, counts,
+                          per-class release diagnostics and warnings
 """
 
 from __future__ import annotations
