@@ -20,10 +20,18 @@ from support import ADMIN, SITES, provision_demo_federation
 
 from jobs.admin import follow_job
 from jobs.common import build_job, export
+from jobs.demo_data import isic_demo_site
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
+from jobs.playerfl.demo import DEMO_JOB_ARGS
+from jobs.playerfl.spec import KIND as PLAYERFL
+from jobs.playerfl.spec import PLayerFLParams
+from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
+from jobs.segmentation.spec import KIND as SEGMENTATION
+from jobs.spec import JobKind, JobParams
 from provisioning.loopback import LoopbackFederation
 from provisioning.provision import Federation
 from site_agent.data.linear_demo import generate_linear_sites
+from site_agent.site_config import SiteConfig, write_site_config
 
 pytestmark = pytest.mark.federation
 
@@ -31,7 +39,11 @@ pytestmark = pytest.mark.federation
 @pytest.fixture(scope="module")
 def fault_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Federation, LoopbackFederation]]:
     """A federation of its own: these tests kill its processes."""
-    federation = provision_demo_federation(tmp_path_factory.mktemp("faults"))
+    workspace = tmp_path_factory.mktemp("faults")
+    federation = provision_demo_federation(workspace)
+    for index, site in enumerate(SITES, start=1):  # PLayer-FL's ISIC-format data beside the linear and glioma data
+        datasets = dict(SiteConfig.for_kit(federation.kit(site)).datasets)
+        write_site_config(federation.kit(site), {**datasets, "isic": isic_demo_site(index, site, workspace / "data")})
     loopback = LoopbackFederation(federation)
     try:
         loopback.start_server()
@@ -147,3 +159,48 @@ def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_f
     assert results["resumed_after_round"] >= 3
     assert [r["round"] for r in results["rounds"]] == list(range(1, rounds + 1))
     assert results["rounds"][-1]["global_weights"]["weight"] == pytest.approx(_reference_weights(rounds), abs=1e-5)
+
+
+GAUNTLET: dict[str, tuple[JobKind[Any], JobParams]] = {
+    "brats-segmentation": (SEGMENTATION, SegmentationParams(num_rounds=4, min_clients=2, tracking=False, **CPU_DEMO)),
+    "playerfl": (PLAYERFL, PLayerFLParams(**{**DEMO_JOB_ARGS, "num_rounds": 4, "local_epochs": 1, "min_clients": 2})),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GAUNTLET))
+def test_job_kind_survives_a_dead_site_a_server_restart_and_an_abort(fault_federation, tmp_path, name):
+    """One job meets a site killed mid-round (it goes on without it) and the server killed and restarted (it
+    resumes and completes every round); a second run of the job is aborted and keeps its completed rounds."""
+    federation, loopback = fault_federation
+    kind, params = GAUNTLET[name]
+    job_dir = export(build_job(kind, params), tmp_path)
+    session = loopback.session(ADMIN)
+    try:
+        job_id = _submit(session, job_dir)
+        _wait_for_rounds(federation, job_id, 1, timeout=300)
+        loopback.kill_participant("site-3")
+        _wait_for_rounds(federation, job_id, 2, timeout=120)
+    finally:
+        session.close()
+    loopback.start_site("site-3")
+    loopback.wait_for_sites(ADMIN, SITES)
+    loopback.kill_participant(federation.server)
+    loopback.start_server()
+    loopback.wait_for_sites(ADMIN, SITES)
+    session = loopback.session(ADMIN)
+    try:
+        resumed = follow_job(session, job_id, timeout=600, progress=None)
+        aborted_id = _submit(session, job_dir)
+        _wait_for_rounds(federation, aborted_id, 1, timeout=300)
+        session.abort_job(aborted_id)
+        aborted = follow_job(session, aborted_id, timeout=120, progress=None)
+    finally:
+        session.close()
+
+    results = resumed.results()
+    without_site_3 = [r for r in results["rounds"] if "site-3" not in r["sites"]]
+    assert resumed.completed, resumed.refusal()
+    assert results["resumed_after_round"] >= 2 and [r["round"] for r in results["rounds"]] == [1, 2, 3, 4]
+    assert without_site_3 and "no answer" in without_site_3[0]["outcomes"]["site-3"]
+    assert aborted.status == "FINISHED:ABORTED" and aborted.results()["status"] == "aborted"
+    assert len(aborted.results()["rounds"]) >= 1
