@@ -100,7 +100,7 @@ def _site(fl_ctx: FLContext) -> PolicyInForce:
     return PolicyInForce.read(Path(Workspace(fl_ctx.get_prop(FLContextKey.WORKSPACE_ROOT)).get_site_config_dir()))
 
 
-class SiteGuard(FLComponent):
+class SiteGuard(FLComponent):  # type: ignore[misc]  # FLARE ships no type information: FLComponent is Any
     """`kind_tasks`: the site task class each job kind runs, by import path (provisioning writes it from the job
     specs)."""
 

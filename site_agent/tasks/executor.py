@@ -44,7 +44,7 @@ class SiteContext:
         return self.config.data_dir(dataset, self.site_name)
 
 
-class TaskExecutor(Executor):
+class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type information: Executor is Any
     """Dispatches FLARE task names to methods `task_<name>(model, ctx) -> FLModel` of the subclass.
 
     Every result that leaves is recorded in the site's audit log (bytes and sha256 of its serialised payload). A job
