@@ -6,8 +6,16 @@ import json
 import pytest
 import torch
 
-from fl_contract.models.dcae import (CLIP_NORM_FILE, WEIGHTS_FILE, build_tiny_dcae, from_autoencoder_range,
-                                    latent_shape, load_autoencoder, save_autoencoder, to_autoencoder_range)
+from fl_contract.models.dcae import (
+    CLIP_NORM_FILE,
+    WEIGHTS_FILE,
+    build_tiny_dcae,
+    from_autoencoder_range,
+    latent_shape,
+    load_autoencoder,
+    save_autoencoder,
+    to_autoencoder_range,
+)
 
 
 def test_tiny_autoencoder_round_trips_through_save_and_load(tmp_path):

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
+from fl_contract.models.dcae import CLIP_NORM_FILE, load_autoencoder
 from server_app.server_config import ServerConfig, ServerConfigError, write_server_config
 from site_agent.cli import main
 from site_agent.fedkt.demo_autoencoder import median_latent_norm, public_images
-from fl_contract.models.dcae import CLIP_NORM_FILE, load_autoencoder
 
 
 def test_command_saves_a_loadable_autoencoder_with_r_the_median_public_latent_norm(tmp_path):
