@@ -22,6 +22,7 @@ SUBMITTED forever).
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from nvflare.apis.job_def import JobMetaKey
 from nvflare.apis.workspace import Workspace
 from nvflare.security.security import COMMAND_CATEGORIES, CommandCategory
 
+from fl_contract.job_meta import SITE_CLASSES_KEY
 from fl_contract.job_privacy import JOB_KIND_KEY, PARAMETERS, SitePrivacy, release_of
 from fl_contract.version import AGENT_VERSION, AGENT_VERSION_KEY
 from site_agent.accounting import job_spend
@@ -73,6 +75,21 @@ def admission_refusal(role: str, job_meta: dict[str, Any], policy: SitePolicy, i
         return str(exc)
 
 
+def allow_list_refusal(site_name: str, job_meta: dict[str, Any], local_dir: Path) -> str:
+    """A class the job runs here that this site's allow-list (`local/resources.json`) does not admit, named, or ""."""
+    path = local_dir / "resources.json"
+    try:
+        allowed = set(json.loads(path.read_text()).get("class_allow_list", []))
+    except (OSError, ValueError) as exc:
+        return f"{site_name} cannot read its allow-list {path}: {exc}; ask site IT to restore the kit's local/ folder"
+    outside = sorted(set(job_meta.get(SITE_CLASSES_KEY, [])) - allowed)
+    if not outside:
+        return ""
+    return (f"{site_name} refused class {outside[0]}: not in its allow-list ({path})"
+            + (f" (nor {', '.join(outside[1:])})" if outside[1:] else "")
+            + "; the site's kit predates this job kind: re-provision the kit or add the class to the allow-list")
+
+
 def component_refusal(component: dict[str, Any], privacy: SitePrivacy, kind_tasks: dict[str, str]) -> str:
     """Why a component the job builds here contradicts its declaration, or "" when it does not."""
     path = _component_path(component)
@@ -96,8 +113,12 @@ def _component_path(component: dict[str, Any]) -> str:
     return str(component.get("path") or component.get("class_path") or "")
 
 
+def _local_dir(fl_ctx: FLContext) -> Path:
+    return Path(Workspace(fl_ctx.get_prop(FLContextKey.WORKSPACE_ROOT)).get_site_config_dir())
+
+
 def _site(fl_ctx: FLContext) -> PolicyInForce:
-    return PolicyInForce.read(Path(Workspace(fl_ctx.get_prop(FLContextKey.WORKSPACE_ROOT)).get_site_config_dir()))
+    return PolicyInForce.read(_local_dir(fl_ctx))
 
 
 class SiteGuard(FLComponent):  # type: ignore[misc]  # FLARE ships no type information: FLComponent is Any
@@ -142,7 +163,8 @@ class SiteGuard(FLComponent):  # type: ignore[misc]  # FLARE ships no type infor
         if site.policy is None:
             reason = site.problem
         else:
-            reason = admission_refusal(role, meta, site.policy)
+            reason = admission_refusal(role, meta, site.policy) or \
+                allow_list_refusal(fl_ctx.get_identity_name(), meta, _local_dir(fl_ctx))
             if not reason:
                 spend = job_spend(SitePrivacy.from_meta(meta))
                 reason = Ledger(site.records).refusal(spend, site.policy)

@@ -80,6 +80,25 @@ def test_class_outside_the_allow_list_is_refused(running_federation, fedavg_job_
             in site_log.read_text())
 
 
+def test_a_kit_whose_allow_list_predates_the_job_kind_refuses_it_naming_site_and_class(running_federation,
+                                                                                      fedavg_job_dir):
+    resources = running_federation.federation.kit("site-2") / "local" / "resources.json"
+    original = resources.read_text()
+    kit_policy = json.loads(original)
+    task = "site_agent.tasks.linear_regression.LinearRegressionTask"
+    kit_policy["class_allow_list"] = [c for c in kit_policy["class_allow_list"] if c != task]
+    resources.write_text(json.dumps(kit_policy))
+    session = running_federation.session()
+    try:
+        outcome = submit_and_wait(session, fedavg_job_dir, timeout=120, download=False, progress=None)
+    finally:
+        session.close()
+        resources.write_text(original)
+
+    assert not outcome.completed
+    assert f"site-2 refused class {task}: not in its allow-list" in outcome.refusal()
+
+
 def test_job_for_another_agent_version_is_refused_naming_both(running_federation, fedavg_job_dir, tmp_path):
     job = _copy_job(fedavg_job_dir, tmp_path)
     meta = json.loads((job / "meta.json").read_text())
