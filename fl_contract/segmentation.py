@@ -1,13 +1,52 @@
-"""Segmentation job: the model name and the metric keys sites report and the server selects on."""
+"""Segmentation jobs: the model name and every metric key sites report and the server selects on.
+
+Sites score label maps (ET inside TC inside WT) per case and send per-site means only; the per-case rows stay at
+the site. Two conventions for a region that is empty in the reference or the prediction are sent side by side:
+
+- BraTS (the unsuffixed keys): Dice 1 when both are empty, 0 when one is; HD95 0 when both are empty,
+  `BRATS_WORST_HD95_MM` when one is. Every case counts, so the value is always defined.
+- MONAI / NVIDIA FLARE's examples (suffix `_ignore_empty`, MONAI's `ignore_empty=True`): Dice is NaN when the
+  reference is empty, HD95 NaN when either is; NaN cases are left out of the mean, and a key whose every case is
+  NaN is not sent.
+"""
 
 from collections.abc import Sequence
 
 from fl_contract.labels import REGIONS
 
 MODEL = "segresnet"
-DICE_KEYS = tuple(f"val_dice_{r.lower()}" for r in REGIONS) + ("val_dice_mean",)
-SELECTION_METRIC = DICE_KEYS[-1]  # val_dice_mean: the best global model is chosen on it
-VAL_CASES = "val_cases"  # how many validation cases the site's Dice values average over
+VAL, TEST = "val", "test"
+"""Splits a site scores: validation (model selection, every round) and test (the final report, once)."""
+DICE, HD95 = "dice", "hd95"
+IGNORE_EMPTY = "ignore_empty"
+"""Key suffix of the MONAI / FLARE convention (empty reference: NaN, left out of the mean)."""
+MEAN = "mean"
+BRATS_WORST_HD95_MM = 373.13
+"""HD95 the BraTS evaluation gives a region present in only one of reference and prediction: the diagonal of the
+240 x 240 x 155 mm BraTS volume, sqrt(240^2 + 240^2 + 155^2)."""
+
+
+def metric_key(split: str, metric: str, region: str, ignore_empty: bool = False) -> str:
+    """e.g. `val_dice_tc`, `test_hd95_mean`, `val_dice_et_ignore_empty`; `region` is TC/WT/ET or `mean`."""
+    return f"{split}_{metric}_{region.lower()}" + (f"_{IGNORE_EMPTY}" if ignore_empty else "")
+
+
+def cases_key(split: str, region: str | None = None) -> str:
+    """`val_cases` (cases scored) or `val_cases_tc` (cases whose reference holds the region)."""
+    return f"{split}_cases" + (f"_{region.lower()}" if region else "")
+
+
+def split_metric_keys(split: str) -> tuple[str, ...]:
+    """Every key a site may send about one split (the `_ignore_empty` ones only when some case defines them)."""
+    keys = [metric_key(split, m, r) for m in (DICE, HD95) for r in (*REGIONS, MEAN)]
+    keys += [metric_key(split, m, r, ignore_empty=True) for m in (DICE, HD95) for r in REGIONS]
+    return (*keys, cases_key(split), *(cases_key(split, r) for r in REGIONS))
+
+
+DICE_KEYS = tuple(metric_key(VAL, DICE, r) for r in (*REGIONS, MEAN))
+SELECTION_METRIC = metric_key(VAL, DICE, MEAN)  # val_dice_mean (BraTS convention): the best global model is chosen on it
+VAL_CASES = cases_key(VAL)  # how many validation cases the site's values average over: its weight in selection
+TEST_CASES = cases_key(TEST)
 TRAIN_LOSS = "train_loss"
 DP_NOISE_STD = "dp_noise_std"
 DP_EPSILON = "dp_epsilon"  # the site's client-side DP epsilon so far in the job (site_agent.accounting, its delta)

@@ -1,6 +1,7 @@
 """Site side of the federated brain-tumour segmentation job (SegResNet on the site's glioma MRI cases).
 
-Each `train` task: score the received global model on the site's validation cases (sliding-window Dice TC/WT/ET),
+Each `train` task: score the received global model on the site's validation cases (sliding-window inference, one
+BraTS label map per case, Dice and HD95 per region: site_agent.segmentation.metrics),
 train it for `local_epochs` on the training cases, optionally privatise the update (clip + Gaussian noise on the
 weight difference), and send the weights with the number of training cases. The `validate` task only scores the
 received model. Metrics also go to TensorBoard through FLARE's experiment tracking when the job names a writer.
@@ -22,14 +23,16 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.tracking.log_writer import LogWriter
 from torch import nn
 
+from fl_contract.labels import LABEL_MAPS
 from fl_contract.models import build_model, load_numpy_params, state_dict_to_numpy
-from fl_contract.segmentation import DP_EPSILON, DP_NOISE_STD, MODEL, TRAIN_LOSS, VAL_CASES
+from fl_contract.segmentation import DP_EPSILON, DP_NOISE_STD, MODEL, TRAIN_LOSS, VAL
 from site_agent.accounting import client_dp_epsilon
 from site_agent.data.brats_case import GridPolicy
 from site_agent.data.pipeline import surface_data_errors
 from site_agent.segmentation.data import SiteData, load_site_data
 from site_agent.segmentation.dp import noise_std, privatise_update
-from site_agent.segmentation.training import precision, train_epochs, validate
+from site_agent.segmentation.metrics import score_cases, site_summary
+from site_agent.segmentation.training import precision, train_epochs
 from site_agent.tasks.executor import SiteContext, TaskExecutor
 
 
@@ -130,9 +133,11 @@ class SegmentationTask(TaskExecutor):
         return net.to(device)
 
     def score(self, net: nn.Module, data: SiteData, device: torch.device) -> dict[str, float]:
-        """Dice of `net` (the global model as received) on the validation cases, and how many there are."""
-        dice = validate(net, data.val_loader(), self.roi_size, device, self.sw_batch_size, self.sw_overlap)
-        return {**dice, VAL_CASES: float(len(data.split.val))}
+        """Dice and HD95 of `net` (the global model as received) on the validation cases' label maps: the site's
+        means and case counts (fl_contract.segmentation)."""
+        scores = score_cases(net, data.val_loader(), self.roi_size, device, LABEL_MAPS[self.label_map],
+                             self.sw_batch_size, self.sw_overlap)
+        return site_summary(scores, VAL)
 
     def track(self, metrics: dict[str, float], round_index: int | None) -> None:
         """Send each metric to the job's TensorBoard writer (step = rounds aggregated into the model scored)."""

@@ -6,14 +6,17 @@ import numpy as np
 import pytest
 import torch
 
+from fl_contract.labels import BRATS_2021
 from fl_contract.models import build_model
 from fl_contract.models.segmentation import IN_CHANNELS, segresnet
+from fl_contract.segmentation import VAL, split_metric_keys
 from site_agent.data.brats_case import MODALITIES
 from site_agent.data.reader import DataError
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.segmentation.data import load_site_data
 from site_agent.segmentation.dp import privatise_update
-from site_agent.segmentation.training import DICE_KEYS, train_epochs, validate
+from site_agent.segmentation.metrics import score_cases, site_summary
+from site_agent.segmentation.training import train_epochs
 
 
 def test_registry_builds_the_brats_segresnet():
@@ -48,11 +51,13 @@ def test_training_lowers_the_loss_and_validation_scores_every_region(tmp_path):
 
     first = train_epochs(net, data.train_loader(1, seed=0), optimizer, cpu, epochs=1)
     later = train_epochs(net, data.train_loader(1, seed=1), optimizer, cpu, epochs=6)
-    dice = validate(net, data.val_loader(), (16, 16, 16), cpu)
+    sent = site_summary(score_cases(net, data.val_loader(), (16, 16, 16), cpu, BRATS_2021), VAL)
 
     assert later < first
-    assert set(dice) == set(DICE_KEYS) and all(0.0 <= v <= 1.0 for v in dice.values())
-    assert dice["val_dice_mean"] == pytest.approx(np.mean([dice["val_dice_tc"], dice["val_dice_wt"], dice["val_dice_et"]]))
+    assert set(sent) == set(split_metric_keys(VAL)) and all(np.isfinite(v) for v in sent.values())
+    assert all(0.0 <= sent[f"val_dice_{r}"] <= 1.0 for r in ("tc", "wt", "et"))
+    assert sent["val_dice_mean"] == pytest.approx(np.mean([sent["val_dice_tc"], sent["val_dice_wt"], sent["val_dice_et"]]))
+    assert sent["val_cases"] == 1.0
 
 
 def test_dp_clips_the_weight_difference_and_adds_noise_of_the_stated_std():
