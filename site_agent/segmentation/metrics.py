@@ -9,10 +9,13 @@ official evaluator (`brats-evaluation` on `panoptica`) needs numpy < 2.3, and MO
 
 from __future__ import annotations
 
+import csv
 import math
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -34,6 +37,9 @@ from fl_contract.segmentation import (
 from site_agent.segmentation.predict import label_map_from_regions, region_logits, regions_from_label_map, regions_from_logits
 
 REFERENCE_VOXELS, PREDICTED_VOXELS = "reference_voxels", "predicted_voxels"
+CASE_RESULTS_FILE = "case_results.csv"
+"""One row per case, split and model round, in `<site workspace>/segmentation/<job id>/`: never sent."""
+ROW_KEYS = ("model_round", "task", "split", "case_id")
 
 
 @dataclass(frozen=True)
@@ -106,3 +112,28 @@ def score_cases(net: nn.Module, loader: DataLoader, roi_size: Sequence[int], dev
             scores.append(score_case(str(item["case_id"]), regions_from_label_map(labels, label_map), item["label"], spacing))
     return scores
 
+
+def case_columns() -> list[str]:
+    """The columns of `CaseScore.values`, in the per-case file's order."""
+    metrics = [(DICE, False), (DICE, True), (HD95, False), (HD95, True), (REFERENCE_VOXELS, False),
+               (PREDICTED_VOXELS, False)]
+    return [column(r, m, ie) for r in REGIONS for m, ie in metrics]
+
+
+def case_results_path(workspace_dir: Path, job_id: str) -> Path:
+    return Path(workspace_dir) / "segmentation" / job_id / CASE_RESULTS_FILE
+
+
+def append_case_results(path: Path, scores: Sequence[CaseScore], model_round: int, task: str, split: str) -> Path:
+    """Add one row per case to the site's per-case CSV (created 0600 in a 0700 folder: rows name cases)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    new = not path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a", newline="") as stream:
+        writer = csv.DictWriter(stream, fieldnames=[*ROW_KEYS, *case_columns()])
+        if new:
+            writer.writeheader()
+        for score in scores:
+            writer.writerow({"model_round": model_round, "task": task, "split": split, "case_id": score.case_id,
+                             **score.values})
+    return path

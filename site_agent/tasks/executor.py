@@ -32,13 +32,14 @@ from site_agent.site_config import CONFIG_FILE, SiteConfig
 
 @dataclass(frozen=True)
 class SiteContext:
-    """What a task may know about where it runs: its name, its configured data, its device, its workspace."""
+    """What a task may know about where it runs: its name, its configured data, its device, its workspace, the job."""
 
     site_name: str
     config: SiteConfig
     device: torch.device
     workspace_dir: Path
     abort_signal: Signal
+    job_id: str = "job"
 
     def data_dir(self, dataset: str) -> Path:
         return self.config.data_dir(dataset, self.site_name)
@@ -75,6 +76,7 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
             device=device,
             workspace_dir=Path(workspace.get_root_dir()),
             abort_signal=abort_signal,
+            job_id=str(fl_ctx.get_job_id() or "job"),
         )
 
     def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:

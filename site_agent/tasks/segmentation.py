@@ -4,8 +4,9 @@ Each `train` task: score the received global model on the site's validation case
 BraTS label map per case, Dice and HD95 per region: site_agent.segmentation.metrics),
 train it for `local_epochs` on the training cases, optionally privatise the update (clip + Gaussian noise on the
 weight difference), and send the weights with the number of training cases. The `validate` task only scores the
-received model. Metrics also go to TensorBoard through FLARE's experiment tracking when the job names a writer.
-What leaves the site is listed in docs/segmentation.md.
+received model. Each case's scores stay at the site, in `<workspace>/segmentation/<job id>/case_results.csv`; only
+per-site means and counts are sent. Metrics also go to TensorBoard through FLARE's experiment tracking when the
+job names a writer. What leaves the site is listed in docs/segmentation.md.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from site_agent.data.brats_case import GridPolicy
 from site_agent.data.pipeline import surface_data_errors
 from site_agent.segmentation.data import SiteData, load_site_data
 from site_agent.segmentation.dp import noise_std, privatise_update
-from site_agent.segmentation.metrics import score_cases, site_summary
+from site_agent.segmentation.metrics import append_case_results, case_results_path, score_cases, site_summary
 from site_agent.segmentation.training import precision, train_epochs
 from site_agent.tasks.executor import SiteContext, TaskExecutor
 
@@ -93,7 +94,7 @@ class SegmentationTask(TaskExecutor):
     def task_validate(self, model: FLModel, ctx: SiteContext) -> FLModel:
         with surface_data_errors():
             data = self.site_data(ctx)
-            metrics = self.score(self.network(model.params, ctx.device), data, ctx.device)
+            metrics = self.score(self.network(model.params, ctx.device), data, ctx, model, "validate")
         self.track(metrics, model.current_round)
         return FLModel(metrics=metrics)
 
@@ -101,7 +102,7 @@ class SegmentationTask(TaskExecutor):
         """Score the received model, train it locally, privatise the update when DP is on."""
         data = self.site_data(ctx)
         net = self.network(model.params, ctx.device)
-        metrics = self.score(net, data, ctx.device)
+        metrics = self.score(net, data, ctx, model, "train")
         self.logger.info(f"training on {ctx.device} with {precision(ctx.device)}: {len(data.split.train)} cases, "
                          f"{self.local_epochs} epoch(s), ROI {self.roi_size}")
         optimizer = torch.optim.Adam(net.parameters(), lr=self.learning_rate, weight_decay=self.weight_decay)
@@ -132,11 +133,13 @@ class SegmentationTask(TaskExecutor):
         load_numpy_params(net, params)
         return net.to(device)
 
-    def score(self, net: nn.Module, data: SiteData, device: torch.device) -> dict[str, float]:
-        """Dice and HD95 of `net` (the global model as received) on the validation cases' label maps: the site's
-        means and case counts (fl_contract.segmentation)."""
-        scores = score_cases(net, data.val_loader(), self.roi_size, device, LABEL_MAPS[self.label_map],
+    def score(self, net: nn.Module, data: SiteData, ctx: SiteContext, model: FLModel, task: str) -> dict[str, float]:
+        """Dice and HD95 of `net` (the global model as received) on the validation cases' label maps. Each case's
+        row goes to the site's per-case file (never sent); the site's means and case counts are returned."""
+        scores = score_cases(net, data.val_loader(), self.roi_size, ctx.device, LABEL_MAPS[self.label_map],
                              self.sw_batch_size, self.sw_overlap)
+        append_case_results(case_results_path(ctx.workspace_dir, ctx.job_id), scores, int(model.current_round or 0),
+                            task, VAL)
         return site_summary(scores, VAL)
 
     def track(self, metrics: dict[str, float], round_index: int | None) -> None:

@@ -1,0 +1,52 @@
+"""What a segmentation site sends and what it keeps: per-site means and counts leave, each case's row stays."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+from nvflare.apis.signal import Signal
+from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
+
+from fl_contract.models import build_model, state_dict_to_numpy
+from fl_contract.segmentation import TRAIN_LOSS, VAL, split_metric_keys
+from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
+from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.segmentation.metrics import case_columns, case_results_path
+from site_agent.site_config import SiteConfig
+from site_agent.tasks.executor import SiteContext
+
+
+@pytest.fixture
+def site(tmp_path):
+    cases = write_brats_site(tmp_path / "brats", 1, n_cases=4, shape=(16, 16, 16), layout="nifti")
+    params = SegmentationParams(**{**CPU_DEMO, "roi_size": (16, 16, 16)}, tracking=False)
+    task = KIND.site_task_component(params).instantiate()
+    ctx = SiteContext("site-1", SiteConfig(tmp_path / "site_agent.json", {"brats": str(tmp_path / "brats")}),
+                      torch.device("cpu"), tmp_path / "workspace", Signal(), job_id="job-7")
+    torch.manual_seed(0)
+    model = FLModel(params=state_dict_to_numpy(build_model("segresnet", **task.model_args)), params_type=ParamsType.FULL,
+                    current_round=0, total_rounds=1)
+    return task, ctx, model, [c.case_id for c in cases]
+
+
+def test_a_round_sends_means_and_counts_and_keeps_one_row_per_case_at_the_site(site):
+    task, ctx, model, case_ids = site
+
+    sent = task.task_train(model, ctx)
+    final = task.task_validate(FLModel(params=sent.params, current_round=1, total_rounds=1), ctx)
+
+    for result in (sent, final):
+        assert set(result.metrics) - {TRAIN_LOSS} <= set(split_metric_keys(VAL))
+        assert not any(case_id in repr(result.metrics) + repr(result.meta) for case_id in case_ids)
+    with case_results_path(ctx.workspace_dir, "job-7").open() as stream:
+        rows = list(csv.DictReader(stream))
+    val_cases = int(sent.metrics["val_cases"])
+    assert [(r["model_round"], r["task"], r["split"]) for r in rows] == [("0", "train", "val")] * val_cases + \
+        [("1", "validate", "val")] * val_cases
+    assert {r["case_id"] for r in rows} < set(case_ids)
+    first = rows[:val_cases]
+    assert sent.metrics["val_dice_tc"] == pytest.approx(sum(float(r["tc_dice"]) for r in first) / val_cases)
+    assert list(rows[0]) == ["model_round", "task", "split", "case_id", *case_columns()]
+    assert case_results_path(ctx.workspace_dir, "job-7").stat().st_mode & 0o777 == 0o600
