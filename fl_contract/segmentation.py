@@ -47,6 +47,7 @@ DICE_KEYS = tuple(metric_key(VAL, DICE, r) for r in (*REGIONS, MEAN))
 SELECTION_METRIC = metric_key(VAL, DICE, MEAN)  # val_dice_mean (BraTS convention): the best global model is chosen on it
 VAL_CASES = cases_key(VAL)  # how many validation cases the site's values average over: its weight in selection
 TEST_CASES = cases_key(TEST)
+TEST_METRIC = metric_key(TEST, DICE, MEAN)  # test_dice_mean: the federation's final report on the selected model
 TRAIN_LOSS = "train_loss"
 DP_NOISE_STD = "dp_noise_std"
 DP_EPSILON = "dp_epsilon"  # the site's client-side DP epsilon so far in the job (site_agent.accounting, its delta)

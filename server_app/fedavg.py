@@ -2,7 +2,9 @@
 
 With `selection_metric`, the workflow also keeps the best global model by a validation metric the sites report
 about the model they received (see `server_app.selection`): each round's entry in results.json records it, an
-extra `validate` task scores the final model, and the best model is saved as `best_global_model.pt`.
+extra `validate` task scores the final model, and the best model is saved as `best_global_model.pt`. With
+`test_metric` as well, a last `test` task sends the best model to every site, which scores it on its held-out test
+cases; results.json records it under "test" (selection never sees those cases).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from server_app.aggregation import (
 )
 from server_app.checkpoint import workflow_checkpoint
 from server_app.results import BEST_MODEL_FILE, RunRecorder
-from server_app.selection import BestModel, Params
+from server_app.selection import BestModel, Params, site_weighted_mean
 
 SMALL_MODEL_PARAMETERS = 64  # models up to this size have their weights written into results.json every round
 
@@ -53,6 +55,8 @@ class FedAvgController(ModelController):
         min_clients: int,
         selection_metric: str | None = None,
         selection_weight: str | None = None,
+        test_metric: str | None = None,
+        test_weight: str | None = None,
         late_site_wait_s: int = 600,
         seed: int,
     ):
@@ -69,6 +73,8 @@ class FedAvgController(ModelController):
         self.min_clients = min_clients
         self.selection_metric = selection_metric
         self.selection_weight = selection_weight
+        self.test_metric = test_metric
+        self.test_weight = test_weight
         self.late_site_wait_s = late_site_wait_s
         self.seed = seed
 
@@ -116,6 +122,10 @@ class FedAvgController(ModelController):
             self._select_final(best, global_params, recorder)
             if self.abort_signal.triggered:
                 return self._stop(recorder, global_params, "aborted", "aborted during the final validation")
+            if self.test_metric:
+                self._test_best(best, recorder, self.test_metric)
+                if self.abort_signal.triggered:
+                    return self._stop(recorder, global_params, "aborted", "aborted during the final test")
         recorder.finish("finished")
         checkpoint.clear()
 
@@ -155,8 +165,21 @@ class FedAvgController(ModelController):
         recorder.record["best_model"] = {**best.summary(), "file": BEST_MODEL_FILE}
         self.info(f"best global model: {best.metric} {best.value:.4f} after {best.model_round} aggregation round(s)")
 
+    def _test_best(self, best: BestModel, recorder: RunRecorder, metric: str) -> None:
+        """Score the selected model once on the sites' test cases: the final report, unbiased by the selection."""
+        results = self._broadcast("test", best.params, int(best.model_round or 0))
+        metrics = {site_name(r): scalar_metrics(r) for r in sorted(results, key=site_name)}
+        test: dict[str, Any] = {"model_round": best.model_round, "sites": metrics,
+                                "no_result": missing_sites(self._site_names(), metrics)}
+        if metrics:
+            value = site_weighted_mean(metrics, metric, self.test_weight)
+            test["federation"] = {"metric": metric, "weight": self.test_weight, "value": value}
+            self.info(f"selected model (round {best.model_round}) on the test cases: {metric} {value:.4f}")
+        recorder.record["test"] = test
+
     def _job_summary(self) -> dict[str, Any]:
         return {"workflow": "fedavg", "model": self.model, "model_args": self.model_args, "num_rounds": self.num_rounds,
                 "aggregation": self.aggregation, **self.rule_options, "min_clients": self.min_clients,
-                "selection_metric": self.selection_metric, "selection_weight": self.selection_weight, "seed": self.seed}
+                "selection_metric": self.selection_metric, "selection_weight": self.selection_weight,
+                "test_metric": self.test_metric, "test_weight": self.test_weight, "seed": self.seed}
 

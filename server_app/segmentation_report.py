@@ -55,7 +55,22 @@ def markdown(results: dict[str, Any]) -> str:
     if best:
         lines += ["", f"Best global model: {best['metric']} {best['value']:.3f} "
                       f"at model round {best['model_round']} ({best['file']})."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _test_lines(results.get("test"))) + "\n"
+
+
+def _test_lines(test: dict[str, Any] | None) -> list[str]:
+    """The selected model on the sites' held-out test cases (BraTS convention): the report to quote."""
+    if not test or not test.get("sites"):
+        return []
+    lines = ["", f"Selected model (round {test['model_round']}) on the test cases, BraTS convention:", "",
+             "| site | cases | Dice TC | Dice WT | Dice ET | Dice mean | HD95 mean (mm) |", "|---|---:|" + "---:|" * 5]
+    for site, m in sorted(test["sites"].items()):
+        dice = " | ".join(f"{m[f'test_dice_{r}']:.3f}" for r in REGIONS)
+        lines.append(f"| {site} | {m['test_cases']:.0f} | {dice} | {m['test_hd95_mean']:.1f} |")
+    federation = test.get("federation")
+    if federation:
+        lines += ["", f"Federation ({federation['metric']}, weighted by {federation['weight']}): {federation['value']:.3f}."]
+    return lines
 
 
 def plot(results: dict[str, Any], path: Path) -> Path:

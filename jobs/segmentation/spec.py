@@ -3,7 +3,7 @@
 Reference: NVIDIA FLARE's BraTS 2018 study (SegResNet, 4 sites: Dice 0.857 FedAvg vs 0.856 centralised). Defaults
 are the BraTS configuration; tests and the CPU demo shrink the model and ROI (`CPU_DEMO`). Sites need their glioma
 cases (docs/site-data.md) under the dataset key; `site-agent demo-data brats` writes synthetic ones. The best global
-model (site-weighted validation Dice) is saved as best_global_model.pt.
+model (site-weighted validation Dice) is saved as best_global_model.pt and scored once on the sites' test cases.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from nvflare.apis.analytix import ANALYTIC_EVENT_TYPE
 
 from fl_contract.labels import LABEL_MAPS
-from fl_contract.segmentation import MODEL, SELECTION_METRIC, VAL_CASES, min_roi_divisor
+from fl_contract.segmentation import MODEL, SELECTION_METRIC, TEST_CASES, TEST_METRIC, VAL_CASES, min_roi_divisor
 from jobs.spec import Apps, Component, FederationParams, JobKind, ParameterError, param
 from server_app.aggregation import RULES
 
@@ -24,15 +24,16 @@ TB_RECEIVER = "nvflare.app_opt.tracking.tb.tb_receiver.TBAnalyticsReceiver"
 EVENT_TO_FED = "nvflare.app_common.widgets.convert_to_fed_event.ConvertToFedEvent"
 
 CPU_DEMO: dict[str, Any] = {"roi_size": (32, 32, 32), "init_filters": 8, "blocks_down": (1, 1, 1), "blocks_up": (1, 1),
-                            "dropout_prob": 0.0, "learning_rate": 1e-2, "val_fraction": 0.25}
+                            "dropout_prob": 0.0, "learning_rate": 1e-2, "val_fraction": 0.2, "test_fraction": 0.2}
 """A tiny SegResNet (~110k parameters) that learns the 32^3 synthetic cases in a few CPU rounds: demo and tests."""
-CPU_DEMO_DATA: dict[str, Any] = {"n_cases": 4, "shape": (32, 32, 32), "layout": "nifti"}
-"""`write_brats_site` arguments for a CPU_DEMO site: 3 training and 1 validation case."""
+CPU_DEMO_DATA: dict[str, Any] = {"n_cases": 5, "shape": (32, 32, 32), "layout": "nifti"}
+"""`write_brats_site` arguments for a CPU_DEMO site: 3 training, 1 validation and 1 test case."""
 
 
 @dataclass(frozen=True)
 class SegmentationParams(FederationParams):
-    num_rounds: int = param(20, "FedAvg rounds; one extra validate task scores the final model", low=1)
+    num_rounds: int = param(20, "FedAvg rounds; then a validate task scores the final model and a test task "
+                                 "the selected one", low=1)
     local_epochs: int = param(1, "passes over the site's training cases per round", low=1)
     roi_size: tuple[int, ...] = param((224, 224, 144), "training crop and sliding-window size, 3 ints, multiples of "
                                                        "2^(len(blocks_down)-1) (NVIDIA FLARE's BraTS 2018 crop)", low=8)
@@ -46,8 +47,11 @@ class SegmentationParams(FederationParams):
     learning_rate: float = param(1e-4, "Adam step size", low=0.0)
     weight_decay: float = param(1e-5, "Adam weight decay", low=0.0)
     batch_size: int = param(1, "cases per training batch", low=1)
-    val_fraction: float = param(0.2, "share of each site's cases held out for validation (seeded, at least 1 case)",
-                                low=0.0, high=0.9)
+    val_fraction: float = param(0.2, "share of each site's cases held out for validation: every model is scored "
+                                     "on them and the best is selected (seeded, at least 1 case)", low=0.01, high=0.9)
+    test_fraction: float = param(0.2, "share of each site's cases held out for testing: only the selected model is "
+                                      "scored on them, once, for the final report (seeded, at least 1 case; 0 = no "
+                                      "test split)", low=0.0, high=0.9)
     cache_rate: float = param(1.0, "share of decoded, normalised cases kept in memory (lower it for large sites)",
                               low=0.0, high=1.0)
     aggregation: str = param("weighted_mean", "weighted_mean (FedAvg, weights = training cases), median or "
@@ -70,6 +74,9 @@ class SegmentationParams(FederationParams):
         if len(self.blocks_up) != len(self.blocks_down) - 1:
             raise ParameterError(f"blocks_up {list(self.blocks_up)}: give one entry fewer than blocks_down "
                                  f"{list(self.blocks_down)}")
+        if self.val_fraction + self.test_fraction >= 1.0:
+            raise ParameterError(f"val_fraction={self.val_fraction} and test_fraction={self.test_fraction} leave no "
+                                 "training cases: keep their sum below 1")
         if self.init_filters % 8:
             raise ParameterError(f"init_filters={self.init_filters}: SegResNet's GroupNorm needs a multiple of 8")
 
@@ -86,10 +93,13 @@ def _apps(p: SegmentationParams) -> Apps:
     return Apps(
         controller={"num_rounds": p.num_rounds, "model": MODEL, "model_args": model_args,
                     "aggregation": p.aggregation, "trim_fraction": p.trim_fraction, "min_clients": p.min_clients,
-                    "selection_metric": SELECTION_METRIC, "selection_weight": VAL_CASES, "seed": p.seed},
+                    "selection_metric": SELECTION_METRIC, "selection_weight": VAL_CASES,
+                    "test_metric": TEST_METRIC if p.test_fraction > 0 else None, "test_weight": TEST_CASES,
+                    "seed": p.seed},
         site_task={"model_args": model_args, "dataset": p.dataset, "roi_size": list(p.roi_size),
                    "label_map": p.label_map, "local_epochs": p.local_epochs, "batch_size": p.batch_size,
                    "learning_rate": p.learning_rate, "weight_decay": p.weight_decay, "val_fraction": p.val_fraction,
+                   "test_fraction": p.test_fraction,
                    "cache_rate": p.cache_rate, "dp_clip_norm": p.dp_clip_norm,
                    "dp_noise_multiplier": p.dp_noise_multiplier,
                    "analytic_sender_id": TB_WRITER_ID if p.tracking else "", "seed": p.seed},

@@ -1,4 +1,7 @@
-"""A site's glioma cases as MONAI pipelines: the seeded train/validation split and the BraTS transforms.
+"""A site's glioma cases as MONAI pipelines: the seeded train/validation/test split and the BraTS transforms.
+
+Validation cases score every global model (the server selects the best on them); test cases score only the
+selected model, once, for the final report, so that report is not biased by the selection.
 
 Training follows MONAI's BraTS recipe: per-channel z-score normalisation over brain voxels (cached with the
 decoded volumes), then a random ROI crop, flips on each axis and intensity scale/shift jitter. Validation sees
@@ -19,6 +22,7 @@ from monai.transforms.spatial.dictionary import RandFlipd
 from monai.transforms.transform import MapTransform
 
 from fl_contract.labels import LABEL_MAPS
+from fl_contract.segmentation import TEST, VAL
 from site_agent.data.brats_case import BratsCase, GridPolicy, brats_dataset, discover_cases
 from site_agent.data.pipeline import SiteCacheDataset
 from site_agent.data.split import split_records
@@ -28,10 +32,16 @@ KEYS = ("image", "label")
 
 @dataclass(frozen=True)
 class SiteSplit:
-    """The site's cases by part, each in folder order; at least one case on each side."""
+    """The site's cases by part, each in folder order; at least one case in each part asked for."""
 
     train: list[BratsCase]
     val: list[BratsCase]
+    test: list[BratsCase]
+
+    def cases(self, split: str) -> list[BratsCase]:
+        if split not in (VAL, TEST):
+            raise ValueError(f"split {split!r}: use {VAL!r} or {TEST!r}")
+        return self.val if split == VAL else self.test
 
 
 def normalise() -> NormalizeIntensityd:
@@ -58,6 +68,7 @@ class SiteData:
     split: SiteSplit
     train: SiteCacheDataset
     val: SiteCacheDataset
+    test: SiteCacheDataset
 
     def train_loader(self, batch_size: int, seed: int) -> DataLoader:
         """Shuffled batches whose order and augmentation depend only on `seed`."""
@@ -65,8 +76,11 @@ class SiteData:
         generator = torch.Generator().manual_seed(seed)
         return DataLoader(self.train, batch_size=batch_size, shuffle=True, num_workers=0, generator=generator)
 
-    def val_loader(self) -> DataLoader:
-        return DataLoader(self.val, batch_size=1, shuffle=False, num_workers=0)
+    def eval_loader(self, split: str) -> DataLoader:
+        """Whole normalised volumes of the validation or test cases, in folder order."""
+        if not self.split.cases(split):
+            raise ValueError(f"this site has no {split} cases: the job's {split}_fraction is 0")
+        return DataLoader(self.val if split == VAL else self.test, batch_size=1, shuffle=False, num_workers=0)
 
 
 def load_site_data(
@@ -77,16 +91,18 @@ def load_site_data(
     val_fraction: float = 0.2,
     cache_rate: float = 1.0,
     seed: int = 0,
+    test_fraction: float = 0.0,
 ) -> SiteData:
     """Discover, split and (for `cache_rate` of the cases) read and validate the site's cases up front; a bad case
     raises its `DataError`, here or (beyond `cache_rate`) when a loader reaches it."""
     if label_map not in LABEL_MAPS:
         raise ValueError(f"label_map={label_map!r}: use one of {sorted(LABEL_MAPS)}")
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"val_fraction={val_fraction}: use a value between 0 and 1")
-    fractions = {"train": 1.0 - val_fraction, "val": val_fraction}
+    if not (0.0 < val_fraction < 1.0 and 0.0 <= test_fraction < 1.0 and val_fraction + test_fraction < 1.0):
+        raise ValueError(f"val_fraction={val_fraction}, test_fraction={test_fraction}: give validation a share in "
+                         "(0, 1), test one in [0, 1), together below 1 so cases remain for training")
+    fractions = {"train": 1.0 - val_fraction - test_fraction, "val": val_fraction, "test": test_fraction}
     split = SiteSplit(**split_records(discover_cases(Path(folder)), fractions, seed, folder))
     labels = LABEL_MAPS[label_map]
     train = brats_dataset(split.train, labels, grid, [normalise(), *train_augmentation(roi_size)], cache_rate)
-    val = brats_dataset(split.val, labels, grid, [normalise()], cache_rate)
-    return SiteData(split, train, val)
+    val, test = (brats_dataset(cases, labels, grid, [normalise()], cache_rate) for cases in (split.val, split.test))
+    return SiteData(split, train, val, test)

@@ -1,11 +1,12 @@
 """From a network to a BraTS label map: sliding-window logits, sigmoid regions, one label per voxel.
 
 The network has one sigmoid output per region (TC, WT, ET) and thresholds them independently, so on its own a
-predicted ET can lie outside the predicted TC. `label_map_from_regions` writes one label per voxel in the order of
-nnU-Net's region-based BraTS post-processing (`regions_class_order`): edema where WT, then necrotic core where TC,
-then enhancing where ET, each overwriting the last. Read back as regions (TC = core | enhancing, WT = all three,
-MONAI's `ConvertToMultiChannelBasedOnBratsClasses`), ET lies inside TC inside WT by construction; this label map is
-what sites score and what the inference job writes.
+predicted ET can lie outside the predicted TC. `label_map_from_regions` keeps each region only inside the next
+larger one: edema where WT, necrotic core where TC and WT, enhancing tumour where ET, TC and WT all agree. Read back
+as regions (TC = core | enhancing, WT = all three: MONAI's `ConvertToMultiChannelBasedOnBratsClasses`), ET lies
+inside TC inside WT. nnU-Net's BraTS ordering (each channel overwrites the last, ET last) would let an ET channel
+that fires everywhere, as an untrained network's does, flood all three regions; the nesting here cannot grow a
+region beyond the larger one. This label map is what sites score and what the inference job writes.
 """
 
 from __future__ import annotations
@@ -41,10 +42,12 @@ def regions_from_logits(logits: torch.Tensor) -> torch.Tensor:
 def label_map_from_regions(regions: torch.Tensor, label_map: LabelMap) -> torch.Tensor:
     """(3, X, Y, Z) TC/WT/ET masks -> (X, Y, Z) uint8 labels of `label_map` (0, necrosis, edema, enhancing)."""
     masks = regions.bool()
+    whole = masks[_WT]
+    core = whole & masks[_TC]
     labels = torch.zeros(masks.shape[1:], dtype=torch.uint8, device=masks.device)
-    labels[masks[_WT]] = LabelMap.EDEMA
-    labels[masks[_TC]] = LabelMap.NECROSIS
-    labels[masks[_ET]] = label_map.enhancing
+    labels[whole] = LabelMap.EDEMA
+    labels[core] = LabelMap.NECROSIS
+    labels[core & masks[_ET]] = label_map.enhancing
     return labels
 
 

@@ -4,9 +4,10 @@ Each `train` task: score the received global model on the site's validation case
 BraTS label map per case, Dice and HD95 per region: site_agent.segmentation.metrics),
 train it for `local_epochs` on the training cases, optionally privatise the update (clip + Gaussian noise on the
 weight difference), and send the weights with the number of training cases. The `validate` task only scores the
-received model. Each case's scores stay at the site, in `<workspace>/segmentation/<job id>/case_results.csv`; only
-per-site means and counts are sent. Metrics also go to TensorBoard through FLARE's experiment tracking when the
-job names a writer. What leaves the site is listed in docs/segmentation.md.
+received model; the `test` task scores the model the server selected on the site's test cases. Each case's scores
+stay at the site, in `<workspace>/segmentation/<job id>/case_results.csv`; only per-site means and counts are
+sent. Metrics also go to TensorBoard through FLARE's experiment tracking when the job names a writer. What leaves
+the site is listed in docs/segmentation.md.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from torch import nn
 
 from fl_contract.labels import LABEL_MAPS
 from fl_contract.models import build_model, load_numpy_params, state_dict_to_numpy
-from fl_contract.segmentation import DP_EPSILON, DP_NOISE_STD, MODEL, TRAIN_LOSS, VAL
+from fl_contract.segmentation import DP_EPSILON, DP_NOISE_STD, MODEL, TEST, TRAIN_LOSS, VAL
 from site_agent.accounting import client_dp_epsilon
 from site_agent.data.brats_case import GridPolicy
 from site_agent.data.pipeline import surface_data_errors
@@ -53,6 +54,7 @@ class SegmentationTask(TaskExecutor):
         learning_rate: float,
         weight_decay: float,
         val_fraction: float,
+        test_fraction: float,
         cache_rate: float,
         sw_batch_size: int = 1,
         sw_overlap: float = 0.5,
@@ -72,6 +74,7 @@ class SegmentationTask(TaskExecutor):
         self.learning_rate = learning_rate
         self.weight_decay = weight_decay
         self.val_fraction = val_fraction
+        self.test_fraction = test_fraction
         self.cache_rate = cache_rate
         self.sw_batch_size = sw_batch_size
         self.sw_overlap = sw_overlap
@@ -94,7 +97,15 @@ class SegmentationTask(TaskExecutor):
     def task_validate(self, model: FLModel, ctx: SiteContext) -> FLModel:
         with surface_data_errors():
             data = self.site_data(ctx)
-            metrics = self.score(self.network(model.params, ctx.device), data, ctx, model, "validate")
+            metrics = self.score(self.network(model.params, ctx.device), data, VAL, ctx, model, "validate")
+        self.track(metrics, model.current_round)
+        return FLModel(metrics=metrics)
+
+    def task_test(self, model: FLModel, ctx: SiteContext) -> FLModel:
+        """Score the model the server selected on validation (sent once, after the last round) on the test cases."""
+        with surface_data_errors():
+            data = self.site_data(ctx)
+            metrics = self.score(self.network(model.params, ctx.device), data, TEST, ctx, model, "test")
         self.track(metrics, model.current_round)
         return FLModel(metrics=metrics)
 
@@ -102,7 +113,7 @@ class SegmentationTask(TaskExecutor):
         """Score the received model, train it locally, privatise the update when DP is on."""
         data = self.site_data(ctx)
         net = self.network(model.params, ctx.device)
-        metrics = self.score(net, data, ctx, model, "train")
+        metrics = self.score(net, data, VAL, ctx, model, "train")
         self.logger.info(f"training on {ctx.device} with {precision(ctx.device)}: {len(data.split.train)} cases, "
                          f"{self.local_epochs} epoch(s), ROI {self.roi_size}")
         optimizer = torch.optim.Adam(net.parameters(), lr=self.learning_rate, weight_decay=self.weight_decay)
@@ -125,7 +136,7 @@ class SegmentationTask(TaskExecutor):
         folder = ctx.data_dir(self.dataset)
         if folder not in self._data:
             self._data[folder] = load_site_data(folder, self.roi_size, self.label_map, self.grid, self.val_fraction,
-                                                self.cache_rate, self.seed)
+                                                self.cache_rate, self.seed, self.test_fraction)
         return self._data[folder]
 
     def network(self, params: dict[str, np.ndarray], device: torch.device) -> nn.Module:
@@ -133,14 +144,15 @@ class SegmentationTask(TaskExecutor):
         load_numpy_params(net, params)
         return net.to(device)
 
-    def score(self, net: nn.Module, data: SiteData, ctx: SiteContext, model: FLModel, task: str) -> dict[str, float]:
-        """Dice and HD95 of `net` (the global model as received) on the validation cases' label maps. Each case's
+    def score(self, net: nn.Module, data: SiteData, split: str, ctx: SiteContext, model: FLModel,
+              task: str) -> dict[str, float]:
+        """Dice and HD95 of `net` (the global model as received) on the label maps of the `split` cases. Each case's
         row goes to the site's per-case file (never sent); the site's means and case counts are returned."""
-        scores = score_cases(net, data.val_loader(), self.roi_size, ctx.device, LABEL_MAPS[self.label_map],
+        scores = score_cases(net, data.eval_loader(split), self.roi_size, ctx.device, LABEL_MAPS[self.label_map],
                              self.sw_batch_size, self.sw_overlap)
         append_case_results(case_results_path(ctx.workspace_dir, ctx.job_id), scores, int(model.current_round or 0),
-                            task, VAL)
-        return site_summary(scores, VAL)
+                            task, split)
+        return site_summary(scores, split)
 
     def track(self, metrics: dict[str, float], round_index: int | None) -> None:
         """Send each metric to the job's TensorBoard writer (step = rounds aggregated into the model scored)."""

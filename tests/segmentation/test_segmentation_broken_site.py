@@ -24,7 +24,7 @@ from site_agent.tasks.executor import SiteContext
 from site_agent.tasks.segmentation import SegmentationTask
 
 SITES = ["site-1", "site-2", "site-3"]
-CASES = {"site-1": 4, "site-2": 3, "site-3": 3}  # training cases: 3, (broken), 2
+CASES = {"site-1": 5, "site-2": 3, "site-3": 4}  # training cases: 3, (broken), 2 (1 validation, 1 test case each)
 BROKEN = Path("Site2_001") / "Site2_001_t2.nii.gz"
 
 pytestmark = pytest.mark.simulator

@@ -30,7 +30,8 @@ def test_label_map_puts_et_inside_tc_inside_wt_even_when_the_channels_disagree()
 
     assert set(labels.unique().tolist()) == {0, 1, 2, 4}
     assert bool((nested[2] <= nested[0]).all()) and bool((nested[0] <= nested[1]).all())  # ET in TC in WT
-    assert bool((nested[2] == et).all())  # enhancing is written last: the ET prediction is kept whole
+    assert bool((nested[2] == (et & tc & wt)).all()) and bool((nested[0] == (tc & wt)).all())  # clipped, never grown
+    assert bool((nested[1] == wt).all())
     assert label_map_from_regions(regions, BRATS_2023).max() == 3
 
 

@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from fl_contract.models import build_model
-from fl_contract.segmentation import DICE_KEYS, VAL, split_metric_keys
+from fl_contract.segmentation import DICE_KEYS, TEST, VAL, split_metric_keys
 from jobs.common import build_job, export
 from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
 from jobs.simulate import SimulationRun, simulate
 from site_agent.data.synthetic_brats import write_brats_site
 
 SITES = ["site-1", "site-2", "site-3"]
-CASES = {"site-1": 4, "site-2": 3, "site-3": 4}  # 1 validation case each (val_fraction 0.25)
+CASES = {"site-1": 5, "site-2": 4, "site-3": 5}  # 1 validation and 1 test case each (fractions 0.2)
 
 pytestmark = pytest.mark.simulator
 
@@ -55,10 +55,22 @@ def test_job_finishes_and_validation_dice_rises(run):
 def test_sites_report_loss_and_dice_per_region_with_their_case_counts(run):
     first = _results(run)["rounds"][0]["sites"]
 
-    assert {s: v["num_samples"] for s, v in first.items()} == {s: n - 1 for s, n in CASES.items()}
+    assert {s: v["num_samples"] for s, v in first.items()} == {s: n - 2 for s, n in CASES.items()}
     for values in first.values():  # an _ignore_empty HD95 is left out while the model predicts an empty region
         sent = set(values["metrics"])
         assert {"train_loss", *DICE_KEYS, "val_hd95_mean", "val_cases"} <= sent <= {"train_loss", *split_metric_keys(VAL)}
+
+
+def test_the_selected_model_is_scored_once_on_every_sites_test_cases(run):
+    results = _results(run)
+    test = results["test"]
+
+    assert test["model_round"] == results["best_model"]["model_round"] and test["no_result"] == []
+    assert {s: m["test_cases"] for s, m in test["sites"].items()} == {s: 1.0 for s in SITES}
+    assert all(set(m) <= set(split_metric_keys(TEST)) for m in test["sites"].values())
+    assert test["federation"]["value"] == pytest.approx(sum(m["test_dice_mean"] for m in test["sites"].values()) / 3)
+    print(f"selected model (round {test['model_round']}) on the test cases: Dice {test['federation']['value']:.3f}, "
+          f"HD95 {[round(m['test_hd95_mean'], 1) for m in test['sites'].values()]} mm")
 
 
 def test_global_and_best_checkpoints_load_into_a_fresh_segresnet(run):

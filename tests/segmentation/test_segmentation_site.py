@@ -51,7 +51,7 @@ def test_training_lowers_the_loss_and_validation_scores_every_region(tmp_path):
 
     first = train_epochs(net, data.train_loader(1, seed=0), optimizer, cpu, epochs=1)
     later = train_epochs(net, data.train_loader(1, seed=1), optimizer, cpu, epochs=6)
-    sent = site_summary(score_cases(net, data.val_loader(), (16, 16, 16), cpu, BRATS_2021), VAL)
+    sent = site_summary(score_cases(net, data.eval_loader(VAL), (16, 16, 16), cpu, BRATS_2021), VAL)
 
     assert later < first
     assert set(sent) == set(split_metric_keys(VAL)) and all(np.isfinite(v) for v in sent.values())
@@ -81,3 +81,16 @@ def test_dp_leaves_a_small_update_unclipped():
     sent = privatise_update(global_params, local, clip_norm=1.0, noise_multiplier=0.0, rng=np.random.default_rng(0))
 
     np.testing.assert_allclose(sent["w"], local["w"])
+
+
+def test_the_split_gives_disjoint_training_validation_and_test_cases_fixed_by_the_seed(tmp_path):
+    write_brats_site(tmp_path, 1, n_cases=5, shape=(8, 8, 8), layout="nifti")
+
+    split = load_site_data(tmp_path, (8, 8, 8), val_fraction=0.2, test_fraction=0.2, cache_rate=0.0, seed=3).split
+    again = load_site_data(tmp_path, (8, 8, 8), val_fraction=0.2, test_fraction=0.2, cache_rate=0.0, seed=3).split
+
+    parts = [{c.case_id for c in cases} for cases in (split.train, split.val, split.test)]
+    assert [len(p) for p in parts] == [3, 1, 1] and len(set.union(*parts)) == 5
+    assert again == split
+    with pytest.raises(ValueError, match="together below 1"):
+        load_site_data(tmp_path, (8, 8, 8), val_fraction=0.5, test_fraction=0.5)

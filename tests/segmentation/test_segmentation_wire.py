@@ -1,4 +1,5 @@
-"""What a segmentation site sends and what it keeps: per-site means and counts leave, each case's row stays."""
+"""What a segmentation site sends and what it keeps: per-site means and counts leave, each case's row stays; the
+test cases are scored only by the test task."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
 from fl_contract.models import build_model, state_dict_to_numpy
-from fl_contract.segmentation import TRAIN_LOSS, VAL, split_metric_keys
+from fl_contract.segmentation import TEST, TRAIN_LOSS, VAL, split_metric_keys
 from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.segmentation.metrics import case_columns, case_results_path
@@ -36,16 +37,18 @@ def test_a_round_sends_means_and_counts_and_keeps_one_row_per_case_at_the_site(s
 
     sent = task.task_train(model, ctx)
     final = task.task_validate(FLModel(params=sent.params, current_round=1, total_rounds=1), ctx)
+    test = task.task_test(FLModel(params=sent.params, current_round=1, total_rounds=1), ctx)
 
-    for result in (sent, final):
-        assert set(result.metrics) - {TRAIN_LOSS} <= set(split_metric_keys(VAL))
+    assert set(test.metrics) <= set(split_metric_keys(TEST)) and test.metrics["test_cases"] == 1
+    for result in (sent, final, test):
+        assert set(result.metrics) - {TRAIN_LOSS} <= set(split_metric_keys(VAL)) | set(split_metric_keys(TEST))
         assert not any(case_id in repr(result.metrics) + repr(result.meta) for case_id in case_ids)
     with case_results_path(ctx.workspace_dir, "job-7").open() as stream:
         rows = list(csv.DictReader(stream))
     val_cases = int(sent.metrics["val_cases"])
     assert [(r["model_round"], r["task"], r["split"]) for r in rows] == [("0", "train", "val")] * val_cases + \
-        [("1", "validate", "val")] * val_cases
-    assert {r["case_id"] for r in rows} < set(case_ids)
+        [("1", "validate", "val")] * val_cases + [("1", "test", "test")]
+    assert {r["case_id"] for r in rows} < set(case_ids) and rows[-1]["case_id"] not in {r["case_id"] for r in rows[:-1]}
     first = rows[:val_cases]
     assert sent.metrics["val_dice_tc"] == pytest.approx(sum(float(r["tc_dice"]) for r in first) / val_cases)
     assert list(rows[0]) == ["model_round", "task", "split", "case_id", *case_columns()]
