@@ -256,43 +256,57 @@ def _start(kit_dir: Path, timeout: float, preflight: bool, log: SiteLog, stop: S
     except KitError as exc:
         return _give_up(Refusal(str(exc), "ask the federation lead for this site's startup kit", EXIT_REFUSED), log,
                         "did not start the FLARE client")
-    while True:
+    while not stop.signum:
         client = FlareClient(kit, org)
-        log(f"started the FLARE client for {kit.site_name} (pid {client.pid}); waiting up to {timeout:.0f} s for the "
-            f"server at {kit.server_host}:{kit.server_port} to register it")
-        started = time.monotonic()
-        watchdog = Watchdog()
-        while not client.registered.wait(_POLL_S):
-            watchdog.feed()
-            if stop.signum or client.process.poll() is not None or time.monotonic() - started > timeout:
-                break
+        status = _join(client, kit, timeout, log, stop)
+        if status is None:
+            status = _supervise(client, kit, log, stop)
+        if status is not None:
+            return status
+    return 0
+
+
+def _join(client: FlareClient, kit: SiteKit, timeout: float, log: SiteLog, stop: StopRequest) -> int | None:
+    """Wait for the server to register the site: None once it has, else the exit status (the client stopped)."""
+    log(f"started the FLARE client for {kit.site_name} (pid {client.pid}); waiting up to {timeout:.0f} s for the "
+        f"server at {kit.server_host}:{kit.server_port} to register it")
+    started = time.monotonic()
+    watchdog = Watchdog()
+    while not client.registered.wait(_POLL_S):
+        watchdog.feed()
         if stop.signum:
             return _stop(client, stop, log)
-        if not client.registered.is_set():
+        if client.process.poll() is not None or time.monotonic() - started > timeout:
             refusal = _diagnose(kit, client, time.monotonic() - started)
             client.stop()
             return _give_up(refusal, log, f"stopped the FLARE client (pid {client.pid})")
-        log(f"{kit.site_name} registered with the server after {time.monotonic() - started:.1f} s; supervising "
-            f"the client (pid {client.pid})")
-        notify(f"READY=1\nSTATUS={kit.site_name} registered with {kit.server_host}:{kit.server_port}")
-        while client.process.poll() is None and not stop.signum:
-            watchdog.feed()
-            client.track()
-            time.sleep(_POLL_S)
+    log(f"{kit.site_name} registered with the server after {time.monotonic() - started:.1f} s; supervising "
+        f"the client (pid {client.pid})")
+    notify(f"READY=1\nSTATUS={kit.site_name} registered with {kit.server_host}:{kit.server_port}")
+    return None
+
+
+def _supervise(client: FlareClient, kit: SiteKit, log: SiteLog, stop: StopRequest) -> int | None:
+    """Run until the client ends or we are asked to stop: the exit status, or None when an admin restarted it."""
+    watchdog = Watchdog()
+    while client.process.poll() is None:
         if stop.signum:
             return _stop(client, stop, log)
-        returncode = client.process.returncode
-        client.stop()  # job workers of a crashed client
-        if (kit.root / "restart.fl").exists():
-            log(f"an admin restarted {kit.site_name}: starting the FLARE client again")
-            continue
-        if returncode == 0 and (kit.root / "shutdown.fl").exists():
-            log(f"an admin shut {kit.site_name} down; exiting")
-            return 0
-        status = exit_status(returncode)
-        log(f"the FLARE client (pid {client.pid}) ended with code {returncode}; exiting with {status} so that the "
-            f"service manager restarts the site (its log: {kit.root / 'log.txt'})")
-        return status
+        watchdog.feed()
+        client.track()
+        time.sleep(_POLL_S)
+    returncode = client.process.returncode
+    client.stop()  # the job workers of a crashed client
+    if (kit.root / "restart.fl").exists():
+        log(f"an admin restarted {kit.site_name}: starting the FLARE client again")
+        return None
+    if returncode == 0 and (kit.root / "shutdown.fl").exists():
+        log(f"an admin shut {kit.site_name} down; exiting")
+        return 0
+    status = exit_status(returncode)
+    log(f"the FLARE client (pid {client.pid}) ended with code {returncode}; exiting with {status} so that the "
+        f"service manager restarts the site (its log: {kit.root / 'log.txt'})")
+    return status
 
 
 def _stop(client: FlareClient, stop: StopRequest, log: SiteLog) -> int:
