@@ -20,7 +20,10 @@ WEIGHTS = "weights"
 """The site sends model weights (all or some layers) every round: client-side DP protects them, if any."""
 DP_STATISTICS = "dp_statistics"
 """The site sends secure-aggregated statistics once; the server releases their sum with (epsilon, delta)-DP."""
-RELEASES = (WEIGHTS, DP_STATISTICS)
+COUNTS = "counts"
+"""The site sends only counts and timings of work it did locally (e.g. cases segmented): no model, no statistic of
+its data; nothing to charge to a privacy budget."""
+RELEASES = (WEIGHTS, DP_STATISTICS, COUNTS)
 
 
 def release_of(site_task: type) -> str:

@@ -58,3 +58,13 @@ def min_roi_divisor(blocks_down: Sequence[int]) -> int:
     if not blocks_down:
         raise ValueError("SegResNet needs at least one encoder level; blocks_down is empty")
     return 1 << (len(blocks_down) - 1)
+
+
+INFERENCE_TASK = "infer"
+CASES_SEGMENTED = "cases_segmented"
+DICOM_SEGS_WRITTEN = "dicom_segs_written"
+SECONDS_TOTAL = "seconds_total"
+SECONDS_PER_CASE_MEAN = "seconds_per_case_mean"
+SECONDS_PER_CASE_MAX = "seconds_per_case_max"
+INFERENCE_KEYS = (CASES_SEGMENTED, DICOM_SEGS_WRITTEN, SECONDS_TOTAL, SECONDS_PER_CASE_MEAN, SECONDS_PER_CASE_MAX)
+"""Everything an inference site sends: counts and timings, no image, label, path or case identifier."""

@@ -17,6 +17,7 @@ SPEC_MODULES = (
     "jobs.fedavg_linear.spec",
     "jobs.fedkt_csd.spec",
     "jobs.segmentation.spec",
+    "jobs.inference.spec",
     "jobs.playerfl.spec",
 )
 _KINDS: dict[str, JobKind[Any]] = {}

@@ -7,6 +7,7 @@
   controllers do not sample sites), so no amplification by sampling is claimed.
 - A job that sends weights without client-side DP has no guarantee: it spends nothing that can be counted, and the
   site policy decides whether such jobs run at all (`min_dp_noise_multiplier`).
+- A job that sends only counts and timings (inference) spends nothing: it is recorded with epsilon and delta 0.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fl_contract.job_privacy import DP_STATISTICS, SitePrivacy
+from fl_contract.job_privacy import COUNTS, DP_STATISTICS, SitePrivacy
 
 CLIENT_DP_DELTA = 1e-5
 """The delta at which the site accounts client-side DP (the usual choice for site-level DP, far below 1 / sites)."""
@@ -45,7 +46,10 @@ class Spend:
 
 
 def job_spend(privacy: SitePrivacy) -> Spend | None:
-    """The job's (epsilon, delta) at this site, or None when it sends weights without client-side DP."""
+    """The job's (epsilon, delta) at this site (0 for counts only), or None when it sends weights without
+    client-side DP."""
+    if privacy.release == COUNTS:
+        return Spend(0.0, 0.0, "sends only counts and timings: no model, no statistic of the site's data")
     if privacy.release == DP_STATISTICS:
         if privacy.epsilon is None or privacy.delta is None:
             raise ValueError(f"a {privacy.kind} job must declare the epsilon and delta of its release")

@@ -31,10 +31,9 @@ CPU_DEMO_DATA: dict[str, Any] = {"n_cases": 5, "shape": (32, 32, 32), "layout": 
 
 
 @dataclass(frozen=True)
-class SegmentationParams(FederationParams):
-    num_rounds: int = param(20, "FedAvg rounds; then a validate task scores the final model and a test task "
-                                 "the selected one", low=1)
-    local_epochs: int = param(1, "passes over the site's training cases per round", low=1)
+class SegResNetParams(FederationParams):
+    """The network and label map, shared by every job kind that runs the segmentation model (training, inference)."""
+
     roi_size: tuple[int, ...] = param((224, 224, 144), "training crop and sliding-window size, 3 ints, multiples of "
                                                        "2^(len(blocks_down)-1) (NVIDIA FLARE's BraTS 2018 crop)", low=8)
     init_filters: int = param(16, "SegResNet width (a multiple of 8)", low=8)
@@ -44,6 +43,29 @@ class SegmentationParams(FederationParams):
     dropout_prob: float = param(0.2, "dropout", low=0.0, high=0.9)
     label_map: str = param("brats2021", "brats2021 (enhancing = 4; BraTS 2018-2021, FeTS) or brats2023 (enhancing = 3)",
                            choices=sorted(LABEL_MAPS))
+
+    def check(self) -> None:
+        divisor = min_roi_divisor(self.blocks_down)
+        if len(self.roi_size) != 3 or any(s % divisor for s in self.roi_size):
+            raise ParameterError(f"roi_size {list(self.roi_size)}: give 3 sizes, each a multiple of {divisor} for "
+                                 f"{len(self.blocks_down)} SegResNet levels")
+        if len(self.blocks_up) != len(self.blocks_down) - 1:
+            raise ParameterError(f"blocks_up {list(self.blocks_up)}: give one entry fewer than blocks_down "
+                                 f"{list(self.blocks_down)}")
+        if self.init_filters % 8:
+            raise ParameterError(f"init_filters={self.init_filters}: SegResNet's GroupNorm needs a multiple of 8")
+
+    def model_args(self) -> dict[str, Any]:
+        """The arguments of fl_contract.models' `segresnet`, as the job's JSON carries them."""
+        return {"init_filters": self.init_filters, "blocks_down": list(self.blocks_down),
+                "blocks_up": list(self.blocks_up), "dropout_prob": self.dropout_prob}
+
+
+@dataclass(frozen=True)
+class SegmentationParams(SegResNetParams):
+    num_rounds: int = param(20, "FedAvg rounds; then a validate task scores the final model and a test task "
+                                 "the selected one", low=1)
+    local_epochs: int = param(1, "passes over the site's training cases per round", low=1)
     learning_rate: float = param(1e-4, "Adam step size", low=0.0)
     weight_decay: float = param(1e-5, "Adam weight decay", low=0.0)
     batch_size: int = param(1, "cases per training batch", low=1)
@@ -67,23 +89,14 @@ class SegmentationParams(FederationParams):
     seed: int = param(0, "initial weights, case split, augmentation, batch order")
 
     def check(self) -> None:
-        divisor = min_roi_divisor(self.blocks_down)
-        if len(self.roi_size) != 3 or any(s % divisor for s in self.roi_size):
-            raise ParameterError(f"roi_size {list(self.roi_size)}: give 3 sizes, each a multiple of {divisor} for "
-                                 f"{len(self.blocks_down)} SegResNet levels")
-        if len(self.blocks_up) != len(self.blocks_down) - 1:
-            raise ParameterError(f"blocks_up {list(self.blocks_up)}: give one entry fewer than blocks_down "
-                                 f"{list(self.blocks_down)}")
+        super().check()
         if self.val_fraction + self.test_fraction >= 1.0:
             raise ParameterError(f"val_fraction={self.val_fraction} and test_fraction={self.test_fraction} leave no "
                                  "training cases: keep their sum below 1")
-        if self.init_filters % 8:
-            raise ParameterError(f"init_filters={self.init_filters}: SegResNet's GroupNorm needs a multiple of 8")
 
 
 def _apps(p: SegmentationParams) -> Apps:
-    model_args = {"init_filters": p.init_filters, "blocks_down": list(p.blocks_down), "blocks_up": list(p.blocks_up),
-                  "dropout_prob": p.dropout_prob}
+    model_args = p.model_args()
     server_extras: tuple[Component, ...] = ()
     site_extras: tuple[Component, ...] = ()
     if p.tracking:

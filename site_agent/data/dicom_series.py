@@ -59,6 +59,17 @@ def read_dicom_series(folder: Path, series_uid: str | None = None) -> Image:
     duplicated (uneven spacing along the normal), or when the pixel data cannot be decoded.
     """
     folder = Path(folder)
+    return _stack(folder, _ordered_series(folder, series_uid))
+
+
+def series_slices(folder: Path, series_uid: str | None = None) -> list[Dataset]:
+    """The slice files of the series `read_dicom_series` reads, in the order it stacks them (file k is
+    `volume[:, :, k]`, its rows along the volume's second axis): what a derived object such as a DICOM
+    Segmentation references frame by frame."""
+    return [item.ds for item in _ordered_series(Path(folder), series_uid)]
+
+
+def _ordered_series(folder: Path, series_uid: str | None) -> list[_Slice]:
     groups = _read_folder(folder)
     if series_uid is None:
         if len(groups) > 1:
@@ -75,7 +86,7 @@ def read_dicom_series(folder: Path, series_uid: str | None = None) -> Image:
         slices = groups[series_uid]
     else:
         raise DataError(f"{folder}: no series with SeriesInstanceUID {series_uid}; it holds {sorted(groups)}")
-    return _stack(folder, _sorted_along_normal(folder, slices))
+    return _sorted_along_normal(folder, slices)
 
 
 @dataclass(frozen=True)

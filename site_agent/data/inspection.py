@@ -167,15 +167,18 @@ def _holds_glioma(folder: Path) -> bool:
 def _list_glioma(folder: Path) -> Listing:
     items, problems = [], []
     layouts: Counter[str] = Counter()
+    unlabelled = 0
     for case_dir in case_folders(folder):
         try:
-            case = discover_case(case_dir)
+            case = discover_case(case_dir, require_labels=False)  # cases to segment (brats-inference) have none
         except DataError as err:
             problems.append(str(err))
             continue
         layouts["DICOM" if case.images[0].is_dir() else "NIfTI"] += 1
+        unlabelled += case.label is None
         items.append(Item(str(case_dir), partial(_read_glioma_case, case)))
-    summary = f"{len(items)} labelled cases" + _counts(layouts, ("DICOM", "NIfTI"))
+    summary = f"{len(items) - unlabelled} labelled cases" + (f", {unlabelled} without labels" if unlabelled else "")
+    summary += _counts(layouts, ("DICOM", "NIfTI"))
     return Listing("glioma MRI", summary, items, problems, _agree_on_label_map)
 
 

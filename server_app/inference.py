@@ -1,0 +1,82 @@
+"""Inference workflow: send one global model the server holds locally to every site, which segments its own cases
+and answers with counts and timings only.
+
+The admin names the model by key and file name; the federation lead maps the key to a folder in the server's
+`local/server_app.json` ("models"), e.g. the `app_server/` folder of a finished segmentation run, whose
+`best_global_model.pt` is the model selected on validation. A job never carries a path or weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
+from nvflare.app_common.workflows.model_controller import ModelController
+
+from fl_contract.models import build_model, load_numpy_params
+from fl_contract.segmentation import INFERENCE_TASK
+from server_app.aggregation import missing_sites, scalar_metrics, site_name
+from server_app.results import RunRecorder
+from server_app.selection import Params
+from server_app.server_config import CONFIG_FILE, ServerConfig
+
+
+class InferenceController(ModelController):
+    """Loads `<models[model_key]>/<model_file>`, checks it fits `model` with `model_args`, sends it in one `infer`
+    task and records each site's counts and timings in results.json."""
+
+    def __init__(self, *, model_key: str, model_file: str, model: str, model_args: dict[str, Any] | None,
+                 min_clients: int, late_site_wait_s: int = 600):
+        super().__init__(persistor_id="")
+        # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
+        self.model_key = model_key
+        self.model_file = model_file
+        self.model = model
+        self.model_args = model_args or {}
+        self.min_clients = min_clients
+        self.late_site_wait_s = late_site_wait_s
+
+    def run(self) -> None:
+        recorder = RunRecorder(Path(self.get_app_dir()), {"workflow": "inference", "model": self.model,
+                                                          "model_args": self.model_args, "model_key": self.model_key,
+                                                          "model_file": self.model_file, "min_clients": self.min_clients})
+        try:
+            params, identity = self._load_model()
+        except (OSError, ValueError, RuntimeError) as err:
+            message = f"server cannot use model {self.model_key!r}/{self.model_file}: {err}"
+            recorder.finish("failed", error=message)
+            self.panic(message)
+            return
+        recorder.record["model_identity"] = identity
+        self.info(f"sending {identity['path']} (sha256 {identity['sha256'][:12]}) to the sites")
+        data = FLModel(params=params, params_type=ParamsType.FULL)
+        results = cast(list[FLModel], self.broadcast_model(data=data, task_name=INFERENCE_TASK, min_responses=self.min_clients,
+                                                           wait_time_after_min_received=self.late_site_wait_s))
+        sites = {site_name(r): scalar_metrics(r) for r in sorted(results, key=site_name)}
+        recorder.record["sites"] = sites
+        recorder.record["no_result"] = missing_sites([c.name for c in self.engine.get_clients()], sites)
+        if self.abort_signal.triggered:
+            recorder.finish("aborted", error="aborted during inference")
+        elif len(sites) < self.min_clients:
+            recorder.finish("failed", error=f"{len(sites)} sites answered, the job needs {self.min_clients}")
+        else:
+            recorder.finish("finished")
+
+    def _load_model(self) -> tuple[Params, dict[str, str]]:
+        local = Path(self.fl_ctx.get_engine().get_workspace().get_site_config_dir())
+        path = ServerConfig.load(local / CONFIG_FILE).model_dir(self.model_key) / self.model_file
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} does not exist; copy the model there (e.g. a run's best_global_model.pt)")
+        state = torch.load(path, weights_only=True, map_location="cpu")
+        params = {k: np.asarray(v.numpy()) for k, v in state.items()}
+        try:
+            load_numpy_params(build_model(self.model, **self.model_args), params)
+        except (ValueError, RuntimeError) as err:
+            raise ValueError(f"{path} does not fit {self.model} with {self.model_args} (the run that made it records "
+                             f"its arguments in results.json, job.model_args): {err}") from err
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        return params, {"path": str(path), "sha256": digest}
