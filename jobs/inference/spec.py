@@ -35,7 +35,8 @@ def _apps(p: InferenceParams) -> Apps:
         controller={"model_key": p.model, "model_file": p.model_file, "model": MODEL, "model_args": p.model_args(),
                     "min_clients": p.min_clients},
         site_task={"model_args": p.model_args(), "dataset": p.dataset, "output": p.output, "roi_size": list(p.roi_size),
-                   "label_map": p.label_map, "model_description": f"{p.model}/{p.model_file}", "seed": p.seed},
+                   "label_map": p.label_map, "model_description": f"{p.model}/{p.model_file}",
+                   "resample_ras_1mm": p.resample_ras_1mm, "seed": p.seed},
     )
 
 

@@ -43,6 +43,9 @@ class SegResNetParams(FederationParams):
     dropout_prob: float = param(0.2, "dropout", low=0.0, high=0.9)
     label_map: str = param("brats2021", "brats2021 (enhancing = 4; BraTS 2018-2021, FeTS) or brats2023 (enhancing = 3)",
                            choices=sorted(LABEL_MAPS))
+    resample_ras_1mm: bool = param(False, "reorient every case to RAS and resample it to 1 mm voxels before the network "
+                                          "(MONAI Orientationd/Spacingd), for sites whose cases are not "
+                                          "BraTS-preprocessed; inference writes its label maps back on the case's grid")
 
     def check(self) -> None:
         divisor = min_roi_divisor(self.blocks_down)
@@ -112,7 +115,7 @@ def _apps(p: SegmentationParams) -> Apps:
         site_task={"model_args": model_args, "dataset": p.dataset, "roi_size": list(p.roi_size),
                    "label_map": p.label_map, "local_epochs": p.local_epochs, "batch_size": p.batch_size,
                    "learning_rate": p.learning_rate, "weight_decay": p.weight_decay, "val_fraction": p.val_fraction,
-                   "test_fraction": p.test_fraction,
+                   "test_fraction": p.test_fraction, "resample_ras_1mm": p.resample_ras_1mm,
                    "cache_rate": p.cache_rate, "dp_clip_norm": p.dp_clip_norm,
                    "dp_noise_multiplier": p.dp_noise_multiplier,
                    "analytic_sender_id": TB_WRITER_ID if p.tracking else "", "seed": p.seed},

@@ -3,9 +3,9 @@
 Validation cases score every global model (the server selects the best on them); test cases score only the
 selected model, once, for the final report, so that report is not biased by the selection.
 
-Training follows MONAI's BraTS recipe: per-channel z-score normalisation over brain voxels (cached with the
-decoded volumes), then a random ROI crop, flips on each axis and intensity scale/shift jitter. Validation sees
-whole normalised volumes (inference is sliding-window).
+Training follows MONAI's BraTS recipe: optionally RAS orientation and 1 mm voxels, per-channel z-score
+normalisation over brain voxels (cached with the decoded volumes), then a random ROI crop, flips on each axis and
+intensity scale/shift jitter. Validation sees whole normalised volumes (inference is sliding-window).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from monai.data.dataloader import DataLoader
 from monai.transforms.croppad.dictionary import RandSpatialCropd, SpatialPadd
 from monai.transforms.intensity.dictionary import NormalizeIntensityd, RandScaleIntensityd, RandShiftIntensityd
-from monai.transforms.spatial.dictionary import RandFlipd
+from monai.transforms.spatial.dictionary import Orientationd, RandFlipd, Spacingd
 from monai.transforms.transform import MapTransform
 
 from fl_contract.labels import LABEL_MAPS
@@ -42,6 +42,13 @@ class SiteSplit:
         if split not in (VAL, TEST):
             raise ValueError(f"split {split!r}: use {VAL!r} or {TEST!r}")
         return self.val if split == VAL else self.test
+
+
+def ras_1mm() -> list[MapTransform]:
+    """Reorient to RAS and resample to 1 mm isotropic voxels (trilinear images, nearest-neighbour labels), as the
+    BraTS data and both anchors' pipelines are: for sites whose cases are not BraTS-preprocessed."""
+    return [Orientationd(keys=KEYS, axcodes="RAS", labels=None, allow_missing_keys=True),  # labels: the MetaTensor's space
+            Spacingd(keys=KEYS, pixdim=(1.0, 1.0, 1.0), mode=("bilinear", "nearest"), allow_missing_keys=True)]
 
 
 def normalise() -> NormalizeIntensityd:
@@ -92,6 +99,7 @@ def load_site_data(
     cache_rate: float = 1.0,
     seed: int = 0,
     test_fraction: float = 0.0,
+    resample_ras_1mm: bool = False,
 ) -> SiteData:
     """Discover, split and (for `cache_rate` of the cases) read and validate the site's cases up front; a bad case
     raises its `DataError`, here or (beyond `cache_rate`) when a loader reaches it."""
@@ -103,6 +111,7 @@ def load_site_data(
     fractions = {"train": 1.0 - val_fraction - test_fraction, "val": val_fraction, "test": test_fraction}
     split = SiteSplit(**split_records(discover_cases(Path(folder)), fractions, seed, folder))
     labels = LABEL_MAPS[label_map]
-    train = brats_dataset(split.train, labels, grid, [normalise(), *train_augmentation(roi_size)], cache_rate)
-    val, test = (brats_dataset(cases, labels, grid, [normalise()], cache_rate) for cases in (split.val, split.test))
+    prepare = [*(ras_1mm() if resample_ras_1mm else []), normalise()]
+    train = brats_dataset(split.train, labels, grid, [*prepare, *train_augmentation(roi_size)], cache_rate)
+    val, test = (brats_dataset(cases, labels, grid, prepare, cache_rate) for cases in (split.val, split.test))
     return SiteData(split, train, val, test)

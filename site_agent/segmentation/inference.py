@@ -15,6 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from monai.data.meta_tensor import MetaTensor
+from monai.transforms.compose import Compose
+from monai.transforms.spatial.array import ResampleToMatch
 from torch import nn
 
 from fl_contract.labels import LabelMap
@@ -22,7 +25,7 @@ from site_agent.data.brats_case import MODALITIES, REFERENCE_MODALITY, BratsCase
 from site_agent.data.dicom_seg import write_dicom_seg
 from site_agent.data.nifti import write_nifti
 from site_agent.data.pipeline import surface_data_errors
-from site_agent.segmentation.data import normalise
+from site_agent.segmentation.data import normalise, ras_1mm
 from site_agent.segmentation.predict import label_map_from_regions, region_logits, regions_from_logits
 
 NIFTI_SUFFIX = ".nii.gz"
@@ -46,10 +49,13 @@ def output_paths(out_dir: Path, case_id: str) -> tuple[Path, Path]:
 
 def segment_cases(net: nn.Module, cases: Sequence[BratsCase], out_dir: Path, roi_size: Sequence[int],
                   device: torch.device, label_map: LabelMap, model_description: str, grid: GridPolicy = "refuse",
-                  sw_batch_size: int = 1, overlap: float = 0.5,
+                  sw_batch_size: int = 1, overlap: float = 0.5, resample_ras_1mm: bool = False,
                   should_stop: Callable[[], bool] = lambda: False) -> list[CaseOutput]:
-    """Predict and write every case (labels, if a case has them, are read and checked but not used)."""
-    prepare = brats_transforms(label_map, grid, [normalise()])
+    """Predict and write every case (labels, if a case has them, are read and checked but not used). With
+    `resample_ras_1mm` the network sees the case in RAS at 1 mm, and its label map is resampled back (nearest
+    neighbour) onto the case's own grid."""
+    load = brats_transforms(label_map, grid)
+    prepare = Compose([*(ras_1mm() if resample_ras_1mm else []), normalise()])
     net.eval()
     outputs = []
     for case in cases:
@@ -57,11 +63,17 @@ def segment_cases(net: nn.Module, cases: Sequence[BratsCase], out_dir: Path, roi
             break
         started = time.perf_counter()
         with surface_data_errors():
-            image = prepare(case.record())["image"]
+            loaded = load(case.record())
+            image = prepare(dict(loaded))["image"]
         logits = region_logits(net, image[None], list(roi_size), device, sw_batch_size, overlap)[0]
-        labels = label_map_from_regions(regions_from_logits(logits), label_map).cpu().numpy().astype(np.uint8)
+        predicted = label_map_from_regions(regions_from_logits(logits), label_map).cpu()
+        original = loaded["image"][:1]
+        if resample_ras_1mm:  # back onto the case's own grid, which the DICOM SEG references
+            on_grid = MetaTensor(predicted[None].float(), affine=image.affine)
+            predicted = ResampleToMatch(mode="nearest")(on_grid, original)[0]
+        labels = np.rint(np.asarray(predicted)).astype(np.uint8)
         nifti, seg = output_paths(out_dir, case.case_id)
-        write_nifti(nifti, labels, np.asarray(image.affine, dtype=np.float64))
+        write_nifti(nifti, labels, np.asarray(original.affine, dtype=np.float64))
         reference = case.images[MODALITIES.index(REFERENCE_MODALITY)]
         written = write_dicom_seg(labels, label_map, reference, seg, model_description) if reference.is_dir() else None
         outputs.append(CaseOutput(case.case_id, nifti, written, time.perf_counter() - started))

@@ -39,8 +39,8 @@ class InferenceTask(TaskExecutor):
     RELEASE: ClassVar[str] = COUNTS
 
     def __init__(self, *, model_args: dict[str, Any] | None, dataset: str, output: str, roi_size: Sequence[int],
-                 label_map: str, model_description: str, grid: GridPolicy = "refuse", sw_batch_size: int = 1,
-                 sw_overlap: float = 0.5, seed: int):
+                 label_map: str, model_description: str, resample_ras_1mm: bool, grid: GridPolicy = "refuse",
+                 sw_batch_size: int = 1, sw_overlap: float = 0.5, seed: int):
         super().__init__(seed=seed)
         self.model_args = model_args or {}
         self.dataset = dataset
@@ -48,6 +48,7 @@ class InferenceTask(TaskExecutor):
         self.roi_size = list(roi_size)
         self.label_map = label_map
         self.model_description = model_description
+        self.resample_ras_1mm = resample_ras_1mm
         self.grid = grid
         self.sw_batch_size = sw_batch_size
         self.sw_overlap = sw_overlap
@@ -62,7 +63,7 @@ class InferenceTask(TaskExecutor):
         self.logger.info(f"segmenting {len(cases)} cases on {ctx.device} into {out_dir}")
         outputs = segment_cases(net.to(ctx.device), cases, out_dir, self.roi_size, ctx.device, LABEL_MAPS[self.label_map],
                                 self.model_description, self.grid, self.sw_batch_size, self.sw_overlap,
-                                lambda: ctx.abort_signal.triggered)
+                                self.resample_ras_1mm, lambda: ctx.abort_signal.triggered)
         seconds = np.array([o.seconds for o in outputs] or [0.0])
         self.logger.info(f"wrote {len(outputs)} label maps into {out_dir}")
         return FLModel(metrics={CASES_SEGMENTED: float(len(outputs)),

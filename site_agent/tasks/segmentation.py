@@ -55,6 +55,7 @@ class SegmentationTask(TaskExecutor):
         weight_decay: float,
         val_fraction: float,
         test_fraction: float,
+        resample_ras_1mm: bool,
         cache_rate: float,
         sw_batch_size: int = 1,
         sw_overlap: float = 0.5,
@@ -75,6 +76,7 @@ class SegmentationTask(TaskExecutor):
         self.weight_decay = weight_decay
         self.val_fraction = val_fraction
         self.test_fraction = test_fraction
+        self.resample_ras_1mm = resample_ras_1mm
         self.cache_rate = cache_rate
         self.sw_batch_size = sw_batch_size
         self.sw_overlap = sw_overlap
@@ -136,7 +138,7 @@ class SegmentationTask(TaskExecutor):
         folder = ctx.data_dir(self.dataset)
         if folder not in self._data:
             self._data[folder] = load_site_data(folder, self.roi_size, self.label_map, self.grid, self.val_fraction,
-                                                self.cache_rate, self.seed, self.test_fraction)
+                                                self.cache_rate, self.seed, self.test_fraction, self.resample_ras_1mm)
         return self._data[folder]
 
     def network(self, params: dict[str, np.ndarray], device: torch.device) -> nn.Module:

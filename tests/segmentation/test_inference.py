@@ -144,3 +144,44 @@ def test_a_site_that_requires_dp_on_weights_admits_inference_and_charges_it_noth
     assert privacy.release == COUNTS and privacy_refusal(policy, privacy) == ""
     spend = job_spend(privacy)
     assert spend is not None and (spend.epsilon, spend.delta) == (0.0, 0.0)
+
+
+def _anisotropic_lps_site(root: Path, n_cases: int) -> None:
+    """Cases on 2 x 2 x 1.5 mm voxels with the first two axes flipped (LPS-like), unlike BraTS-preprocessed data."""
+    from site_agent.data.brats_case import MODALITIES
+    from site_agent.data.nifti import write_nifti
+    from site_agent.data.synthetic_brats import synthetic_case
+
+    affine = np.array([[-2.0, 0, 0, 10], [0, -2.0, 0, 12], [0, 0, 1.5, -6], [0, 0, 0, 1]])
+    for index in range(n_cases):
+        case = synthetic_case(1, index, shape=SHAPE)
+        for c, modality in enumerate(MODALITIES):
+            write_nifti(root / f"Case{index}" / f"Case{index}_{modality}.nii.gz", case.image[c], affine)
+        write_nifti(root / f"Case{index}" / f"Case{index}_seg.nii.gz", case.label, affine)
+
+
+def test_ras_1mm_resampling_feeds_the_network_ras_1mm_and_writes_back_on_the_cases_grid(tmp_path):
+    from monai.data.utils import affine_to_spacing
+    from nibabel.orientations import aff2axcodes
+
+    from site_agent.segmentation.data import load_site_data
+
+    _anisotropic_lps_site(tmp_path / "cases", 3)
+    data = load_site_data(tmp_path / "cases", (16, 16, 16), val_fraction=0.34, resample_ras_1mm=True)
+    plain = load_site_data(tmp_path / "cases", (16, 16, 16), val_fraction=0.34)
+    item, original = data.val[0], plain.val[0]
+
+    assert aff2axcodes(item["image"].affine) == ("R", "A", "S") and aff2axcodes(original["image"].affine) == ("L", "P", "S")
+    np.testing.assert_allclose(affine_to_spacing(item["image"].affine, r=3), [1.0, 1.0, 1.0])
+    assert tuple(item["image"].shape[1:]) == tuple(item["label"].shape[1:]) == (31, 23, 12)  # the same extent in 1 mm steps
+    torch.manual_seed(0)
+    net = build_model("segresnet", **ARCHITECTURE)
+    cases = list(data.split.val)
+
+    (output,) = segment_cases(net, cases, tmp_path / "out", (16, 16, 16), torch.device("cpu"), BRATS_2021, "m",
+                              resample_ras_1mm=True)
+
+    written = nib.load(output.nifti)
+    image, _ = read_case(cases[0])
+    assert written.shape == SHAPE and set(np.unique(np.asarray(written.dataobj))) <= {0, 1, 2, 4}
+    np.testing.assert_allclose(written.affine, image.affine, atol=1e-5)
