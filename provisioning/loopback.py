@@ -162,9 +162,29 @@ class LoopbackFederation:
         psutil.wait_procs(processes, timeout=10.0)
         self.participants[name].process.wait(timeout=10.0)
 
+    def kill_job_processes(self, name: str) -> int:
+        """Kill the job worker processes of one participant (SIGKILL), leaving its client or server up; returns how
+        many were killed."""
+        workers = [p for p in self._process_tree(name) if _is_job_worker(p)]
+        for proc in workers:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(workers, timeout=10.0)
+        return len(workers)
+
     def __enter__(self) -> LoopbackFederation:
         return self
 
     def __exit__(self, *exc: object) -> None:
         admins = list(self.federation.admins)
         self.stop(admins[0] if admins else None)
+
+
+def _is_job_worker(process: psutil.Process) -> bool:
+    """FLARE runs each job in a worker process of its own (client: worker_process, server: runner_process)."""
+    try:
+        return any(part.endswith(("worker_process", "runner_process")) for part in process.cmdline())
+    except psutil.NoSuchProcess:
+        return False

@@ -133,6 +133,24 @@ def test_a_site_killed_mid_job_is_named_and_the_job_finishes_without_it(fault_fe
     assert "no answer" in after[0]["outcomes"]["site-3"]
 
 
+def test_a_sites_job_process_killed_mid_job_does_not_fail_the_job(fault_federation, tmp_path):
+    federation, loopback = fault_federation
+    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=6, min_clients=2)), tmp_path)
+    session = loopback.session(ADMIN)
+    try:
+        job_id = _submit(session, job_dir)
+        _wait_for_rounds(federation, job_id, 2)
+        assert loopback.kill_job_processes("site-2") == 1
+        outcome = follow_job(session, job_id, timeout=300, progress=None)
+    finally:
+        session.close()
+
+    results = outcome.results()
+    assert outcome.completed, outcome.refusal()
+    without_site_2 = [r for r in results["rounds"] if "site-2" not in r["sites"]]
+    assert without_site_2 and all(set(r["sites"]) == {"site-1", "site-3"} for r in without_site_2)
+
+
 def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_federation, tmp_path):
     federation, loopback = fault_federation
     rounds = 8
