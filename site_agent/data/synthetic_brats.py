@@ -3,7 +3,8 @@
 Each case is a brain-like ellipsoid holding one tumour of nested regions (necrotic core inside an enhancing rim
 inside edema) whose contrast differs by modality as in real MRI (the rim is bright only on T1ce, edema is
 brightest on FLAIR), so a segmentation network can learn it. Sites differ in scanner gain/offset and tumour size
-(non-IID). Everything derives from (seed, site index, case index), so the same call writes the same files.
+(non-IID); gain, offset and noise apply inside the head only, the skull-stripped background is 0 everywhere.
+Everything derives from (seed, site index, case index), so the same call writes the same files.
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def synthetic_case(
     for c, modality in enumerate(MODALITIES):
         signal = np.asarray(_TISSUE_SIGNAL[modality])[tissue] * bias
         signal += brain * rng.normal(0.0, _NOISE, shape)
-        physical = style.gain * np.clip(signal, 0.0, None) + style.offset
+        # gain, offset and noise inside the head only; the (skull-stripped) background stays 0, as in real scans
+        physical = np.where(brain, style.gain * np.clip(signal, 0.0, None) + style.offset, 0.0)
         stored[c] = np.clip(np.rint((physical - intercept) / style.slope), 0, np.iinfo(np.uint16).max)
     affine = np.array([[-1.0, 0, 0, size[0] / 2], [0, -1.0, 0, size[1] / 2], [0, 0, 1.0, -size[2] / 2], [0, 0, 0, 1]])
     return SyntheticCase(stored, style.slope, intercept, label, affine)

@@ -93,3 +93,18 @@ def test_cli_writes_brats_and_isic_sites(tmp_path, capsys):
     assert (tmp_path / "mri" / "Site1_001" / "Site1_001_t1ce.nii.gz").is_file()
     assert len(read_isic_site(tmp_path / "derm", PLAYERFL_CLASSES)) == 12
     assert "wrote 2 nifti cases" in capsys.readouterr().out
+
+
+def test_scanner_offset_stays_inside_the_head_so_the_normalisation_mask_is_the_brain():
+    from site_agent.segmentation.data import normalise
+
+    # Execute: the share of voxels NormalizeIntensityd(nonzero=True) normalises, per site
+    covered = {}
+    for site in (1, 2, 3, 4):
+        case = synthetic_case(site, 0, (32, 32, 32))
+        normalised = normalise()({"image": case.image})["image"]
+        covered[site] = float(np.mean(normalised != 0))
+
+    # Assert: the same head-sized mask at every site, whatever its scanner offset (2 and 3 once covered 100%)
+    assert all(0.15 < share < 0.45 for share in covered.values()), covered
+    assert max(covered.values()) - min(covered.values()) < 0.1, covered
