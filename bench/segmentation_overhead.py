@@ -1,7 +1,8 @@
 """One local epoch through the federated site task vs the bare MONAI training loop (same data, model, seed).
 
-"Site task" is `SegmentationTask.task_train` (score the received model with sliding-window Dice, one epoch, weights
-to numpy, FLModel -> Shareable: everything a FLARE round does at the site except the network transfer). "Bare
+"Site task" is `SegmentationTask.task_train` (score the received model with sliding-window inference: label maps,
+Dice and HD95 per case, rows to the per-case file; one epoch, weights to numpy, FLModel -> Shareable: everything
+a FLARE round does at the site except the network transfer). "Bare
 MONAI" is the tutorial loop written out here on the same cached dataset: sliding-window Dice, then one epoch of
 DiceLoss + Adam. Both run warm (cases already decoded and cached), interleaved, in one process. Goal: <= 1.10x.
 
@@ -28,6 +29,7 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
 from fl_contract.models import state_dict_to_numpy
+from fl_contract.segmentation import VAL
 from jobs.segmentation.spec import KIND, SegmentationParams
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.site_config import SiteConfig
@@ -66,14 +68,15 @@ def main() -> None:
         folder = Path(tmp) / "site-1" / "brats"
         write_brats_site(folder, 1, n_cases=args.cases, shape=(args.size,) * 3, layout="nifti")
         task = KIND.site_task_component(SegmentationParams(init_filters=args.filters, dropout_prob=0.0, roi_size=tuple(roi),
-                                                          val_fraction=0.25, tracking=False)).instantiate()
+                                                          val_fraction=0.25, test_fraction=0.0,
+                                                          tracking=False)).instantiate()
         ctx = SiteContext("site-1", SiteConfig(Path(tmp) / "site_agent.json", {"brats": str(folder)}), torch.device("cpu"),
                           Path(tmp), Signal())
         torch.manual_seed(0)
         global_params = state_dict_to_numpy(SegResNet(**model_args, in_channels=4, out_channels=3))
         received = FLModel(params=global_params, params_type=ParamsType.FULL, current_round=0)
         data = task.site_data(ctx)  # decode and cache once, as the task does in round 1
-        train_loader, val_loader = data.train_loader(1, seed=0), data.val_loader()
+        train_loader, val_loader = data.train_loader(1, seed=0), data.eval_loader(VAL)
         times: dict[str, list[float]] = {"site task": [], "bare MONAI": []}
         for repeat in range(args.repeats + 1):  # the first pass of each warms up kernels and allocator, not timed
             torch.manual_seed(0)
