@@ -20,7 +20,7 @@ from torch import nn
 from fl_contract.fedkt.protocol import PREDICTED_CLASSES, RECALL_PREFIX
 from fl_contract.models import build_model
 
-CLASSIFIER = "cnn5"
+CLASSIFIER = "cnn5_flat"
 CHANNELS = (8, 16, 32, 64, 64)
 HIDDEN = 64
 BATCH_SIZE = 32

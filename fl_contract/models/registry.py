@@ -21,6 +21,7 @@ def _linear_regression(in_features: int = 2) -> nn.Module:
 _FACTORIES: dict[str, Callable[..., nn.Module]] = {
     "linear_regression": _linear_regression,
     "cnn5": classifiers.cnn5,
+    "cnn5_flat": classifiers.cnn5_flat,
     "resnet10": classifiers.resnet10,
     "segresnet": segmentation.segresnet,
 }

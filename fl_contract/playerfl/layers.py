@@ -1,11 +1,16 @@
 """A model's layers in PLayer-FL's sense, and the prefix/suffix partition of its state dict.
 
-A layer is one weight tensor of two or more dimensions (conv, linear, embedding), in parameter registration order,
-named by its module path (`features.3.weight` -> `features.3`). One-dimensional non-bias parameters are norm
-scales: they join the layer registered just before them (the conv/linear they normalise; a leading norm joins the
-first layer), our documented choice since the paper's models have no norm layers. Every floating-point state-dict
-entry (biases, norm shifts, running statistics) belongs to the layer of its module, or else to the layer of the
-entry before it. Integer buffers (BatchNorm's `num_batches_tracked`) belong to no layer and never leave the site.
+A layer is what a split may never cut, in parameter registration order:
+- a residual block (`RESIDUAL_BLOCKS`: MONAI's ResNet blocks, PyTorch's transformer layers) is one layer, named by
+  its module path (`layer2.0`), holding every parameter inside it: cutting one would federate half of a sum whose
+  other half stays local (MONAI registers a block's downsample convolution after its second convolution);
+- elsewhere each weight tensor of two or more dimensions (conv, linear, embedding) starts a layer named by its
+  module (`features.3.weight` -> `features.3`), and one-dimensional non-bias parameters (norm scales) join the layer
+  registered just before them, the conv/linear they normalise (a leading norm joins the first layer).
+Biases are not weights (the paper scores weights only) but belong to their module's layer. Every floating-point
+state-dict entry (biases, norm shifts, running statistics) belongs to the layer of its block or module, or else to
+the layer of the entry before it. Integer buffers (BatchNorm's `num_batches_tracked`) belong to no layer and
+never leave the site.
 """
 
 from __future__ import annotations
@@ -15,9 +20,14 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
+from monai.networks.nets.resnet import ResNetBlock, ResNetBottleneck
 from torch import nn
 
 V = TypeVar("V")
+
+RESIDUAL_BLOCKS: tuple[type[nn.Module], ...] = (ResNetBlock, ResNetBottleneck, nn.TransformerEncoderLayer,
+                                                 nn.TransformerDecoderLayer)
+"""Modules whose output adds their input back: each is one layer, never split."""
 
 
 @dataclass(frozen=True)
@@ -37,14 +47,30 @@ def _is_bias(name: str) -> bool:
     return "bias" in name.rpartition(".")[2]
 
 
+def _block_of(name: str, blocks: Sequence[str]) -> str | None:
+    return next((block for block in blocks if name.startswith(block + ".")), None)
+
+
+def _outermost_blocks(model: nn.Module) -> list[str]:
+    found = [name for name, module in model.named_modules() if name and isinstance(module, RESIDUAL_BLOCKS)]
+    return [name for name in found if _block_of(name, found) is None]
+
+
 def model_layers(model: nn.Module) -> list[Layer]:
     """The ordered layers of `model` (see module docstring); raises if the model has no weight tensor."""
+    blocks = _outermost_blocks(model)
     groups: list[tuple[str, list[str]]] = []
     pending_scales: list[str] = []
     for name, param in model.named_parameters():
         if _is_bias(name):
             continue
-        if param.dim() >= 2:
+        block = _block_of(name, blocks)
+        if block is not None:
+            if not groups or groups[-1][0] != block:
+                groups.append((block, [*pending_scales]))
+                pending_scales = []
+            groups[-1][1].append(name)
+        elif param.dim() >= 2:
             module = _module_of(name)
             taken = {g[0] for g in groups}
             groups.append((module if module and module not in taken else name, [name, *pending_scales]))
@@ -55,15 +81,17 @@ def model_layers(model: nn.Module) -> list[Layer]:
             pending_scales.append(name)
     if not groups:
         raise ValueError(f"{type(model).__name__} has no weight tensor of 2 or more dimensions: nothing to split")
-    owner = {}
-    for index, (_, weights) in enumerate(groups):
+    owner: dict[str, int] = {}
+    for index, (group, weights) in enumerate(groups):
+        owner.setdefault(group, index)
         for weight in weights:
             owner[weight] = index
             owner.setdefault(_module_of(weight), index)
     keys: list[list[str]] = [[] for _ in groups]
     current = 0
     for key, value in model.state_dict().items():
-        current = owner.get(key, owner.get(_module_of(key), current))
+        block = _block_of(key, blocks)
+        current = owner[block] if block is not None and block in owner else owner.get(key, owner.get(_module_of(key), current))
         if torch.is_floating_point(value):
             keys[current].append(key)
     return [Layer(name, tuple(weights), tuple(k)) for (name, weights), k in zip(groups, keys)]

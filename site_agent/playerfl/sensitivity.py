@@ -1,8 +1,10 @@
 """Layer importance and cumulative federation sensitivity (PLayer-FL, ALGORITHMS.md).
 
-I_k = (1/n_k) * sum_p (theta_p * grad_p)^2 over the n_k weights of layer k (mean of the per-tensor values when a
-norm scale is grouped with the layer), F_l = sum_{k<=l} I_k. Computed on one training batch in train mode, with
-the gradient of the mean training loss; the model's weights, gradients and running statistics are left untouched.
+I_k = (1/n_k) * sum_p (theta_p * grad_p)^2 over the n_k weights of layer k, F_l = sum_{k<=l} I_k. A layer's weights
+are every weight tensor it groups (a conv and its norm scale, a residual block's convolutions), pooled: each weight
+counts once, so a norm scale of 64 values does not weigh as much as a convolution of 36,864. Computed on one
+training batch in train mode, with the gradient of the mean training loss; the model's weights, gradients and
+running statistics are left untouched.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ class SensitivityCurve:
 
 
 def layer_importance(layers: list[Layer], params: Mapping[str, Tensor], grads: Mapping[str, Tensor]) -> list[float]:
-    """I_k per layer from parameter values and gradients keyed by parameter name."""
+    """I_k per layer from parameter values and gradients keyed by parameter name (pooled over the layer's weights)."""
     values = []
     for layer in layers:
-        per_tensor = [float(((params[w].detach() * grads[w]) ** 2).mean()) for w in layer.weights]
-        values.append(float(np.mean(per_tensor)))
+        total = sum(float(((params[w].detach() * grads[w]) ** 2).sum()) for w in layer.weights)
+        values.append(total / sum(params[w].numel() for w in layer.weights))
     return values
 
 

@@ -35,12 +35,24 @@ def test_partition_covers_every_float_entry_once_and_keeps_integer_buffers_out()
 
 
 def test_cnn5_prefix_of_three_layers_is_the_first_three_convolutions():
-    layers = model_layers(build_model("cnn5", in_size=32, channels=(2, 2, 2, 2, 2), hidden=4))
+    layers = model_layers(build_model("cnn5", channels=(2, 2, 2, 2, 2), hidden=4))
 
     keys = prefix_keys(layers, 3)
 
-    assert keys == ["features.0.weight", "features.0.bias", "features.3.weight", "features.3.bias",
-                    "features.6.weight", "features.6.bias"]
+    assert [layer.name for layer in layers] == ["conv1", "conv2", "conv3", "conv4", "conv5", "fc1", "fc2"]
+    assert keys == ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "conv3.weight", "conv3.bias"]
+
+
+def test_a_residual_block_is_one_layer_with_its_norms_and_its_downsample():
+    layers = model_layers(build_model("resnet10", width=4))
+
+    block = next(layer for layer in layers if layer.name == "layer2.0")
+
+    assert [layer.name for layer in layers] == ["conv1", "layer1.0", "layer2.0", "layer3.0", "layer4.0", "fc"]
+    assert layers[0].weights == ("conv1.weight", "bn1.weight")
+    assert block.weights == ("layer2.0.conv1.weight", "layer2.0.bn1.weight", "layer2.0.conv2.weight",
+                             "layer2.0.bn2.weight", "layer2.0.downsample.0.weight", "layer2.0.downsample.1.weight")
+    assert all(key.startswith("layer2.0.") for key in block.keys) and "layer2.0.downsample.1.running_var" in block.keys
 
 
 def test_prefix_longer_than_the_model_is_refused():

@@ -1,4 +1,5 @@
-"""Layer sensitivity: equals a hand computation, skips biases, groups norm scales, is cumulative, any architecture."""
+"""Layer sensitivity: equals a hand computation, skips biases, pools norm scales with their layer, is cumulative,
+any architecture, and is measured after the first local epoch."""
 
 import pytest
 import torch
@@ -35,7 +36,7 @@ def test_sensitivity_equals_hand_computation_without_biases():
     assert curve.cumulative == pytest.approx([i1, i1 + i2])
 
 
-def test_norm_scale_is_averaged_with_its_layer():
+def test_norm_scale_is_pooled_with_its_layer_weight_by_weight():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(2 * 4 * 4, 3))
     x, y = torch.randn(4, 1, 6, 6), torch.tensor([0, 1, 2, 0])
@@ -44,9 +45,10 @@ def test_norm_scale_is_averaged_with_its_layer():
 
     model.zero_grad()
     nn.functional.cross_entropy(model(x), y).backward()
-    per_tensor = [float(((p.detach() * p.grad) ** 2).mean()) for p in (model[0].weight, model[1].weight)]
+    weights = (model[0].weight, model[1].weight)
+    pooled = sum(float(((p.detach() * p.grad) ** 2).sum()) for p in weights) / sum(p.numel() for p in weights)
     assert curve.layers == ["0", "3"]
-    assert curve.importance[0] == pytest.approx(sum(per_tensor) / 2, rel=1e-5)
+    assert curve.importance[0] == pytest.approx(pooled, rel=1e-5)
 
 
 def test_running_statistics_and_gradients_are_left_untouched():
@@ -63,10 +65,10 @@ def test_running_statistics_and_gradients_are_left_untouched():
 @pytest.mark.parametrize(
     ("model", "inputs", "expected_layers"),
     [
-        (lambda: build_model("cnn5", in_size=32, channels=(4, 4, 4, 4, 4), hidden=8), torch.randn(2, 3, 32, 32), 7),
-        (lambda: build_model("resnet10", width=4), torch.randn(2, 3, 32, 32), 13),
+        (lambda: build_model("cnn5", channels=(4, 4, 4, 4, 4), hidden=8), torch.randn(2, 3, 32, 32), 7),
+        (lambda: build_model("resnet10", width=4), torch.randn(2, 3, 32, 32), 6),
         (lambda: nn.Sequential(nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 2),
-                               nn.Flatten(), nn.Linear(8 * 5, 3)), torch.randn(2, 5, 8), 9),
+                               nn.Flatten(), nn.Linear(8 * 5, 3)), torch.randn(2, 5, 8), 3),
     ],
     ids=["cnn5", "monai-resnet10", "transformer"],
 )
