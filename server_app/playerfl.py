@@ -21,7 +21,6 @@ from fl_contract.playerfl.layers import Layer, model_layers, prefix_keys
 from fl_contract.playerfl.methods import get_method
 from server_app.aggregation import (
     Params,
-    RoundIntake,
     SiteUpdate,
     UpdateCheck,
     UpdateRejected,
@@ -45,8 +44,9 @@ class PLayerFLController(ModelController):
     """Partial federation: each round averages (sample-weighted) only the first `shared` layers of the sites' models.
 
     `shared` starts at the method's `initial_shared_layers`; for the methods that choose a split it becomes the p
-    their rule chooses after round 1 (PLayer-FL: from the sites' curves; PLayer-FL-Random: uniform by seed). The
-    split, the curves, the layers each site sent every round and the sites' held-out scores go into results.json.
+    their rule chooses (PLayer-FL: from the sites' curves after round 1; PLayer-FL-Random: drawn by seed before
+    round 1). The split, the curves, the layers each site sent every round and the sites' held-out scores go into
+    results.json.
     """
 
     def __init__(
@@ -57,6 +57,8 @@ class PLayerFLController(ModelController):
         model_args: dict[str, Any] | None,
         method: str,
         threshold: float,
+        curve_normalisation: str,
+        playerfl_split: int,
         min_clients: int,
         seed: int,
     ):
@@ -68,6 +70,8 @@ class PLayerFLController(ModelController):
         self.model_args = model_args or {}
         self.method = method
         self.threshold = threshold
+        self.curve_normalisation = curve_normalisation
+        self.playerfl_split = playerfl_split
         self.min_clients = min_clients
         self.seed = seed
 
@@ -80,12 +84,15 @@ class PLayerFLController(ModelController):
         shared = self._contract.initial_shared_layers(len(layers))
         recorder = RunRecorder(Path(self.get_app_dir()), self._job_summary(layers))
         checkpoint = workflow_checkpoint(self, self._job_summary(layers))
-        start = 0
+        start, up_front = 0, None
         resumed = checkpoint.load()
         if resumed is not None:
             start, shared, global_params = resumed.completed_rounds, int(resumed.state["shared"]), resumed.params["global"]
             recorder.resume(resumed.state["rounds"], start)
             self.info(f"resuming after round {start} from {checkpoint.folder}")
+        elif self._contract.split_before_training:
+            up_front = self._split({}, {}, layers)
+            shared = up_front["federated_layers"]
         for round_index in range(start, self.num_rounds):
             self.info(f"round {round_index + 1}/{self.num_rounds}: sending the first {shared} of {len(layers)} layers")
             results = self._send(protocol.TRAIN_TASK, global_params, layers, shared, round_index)
@@ -101,8 +108,11 @@ class PLayerFLController(ModelController):
                                             f"needs {self.min_clients}; " + "; ".join(f"{s}: {o}" for s, o in outcomes.items()),
                                   failed_round=failed_round)
             entry: dict[str, Any] = {"round": round_index + 1, **intake.record(), "outcomes": outcomes}
+            if round_index == 0 and up_front is not None:
+                entry["split"] = up_front
             if self._contract.chooses_split(round_index):
-                entry["split"] = self._split(intake, layers)
+                curves = {site: meta[protocol.SENSITIVITY] for site, meta in intake.meta.items() if protocol.SENSITIVITY in meta}
+                entry["split"] = self._split(curves, {u.site: u.num_samples for u in intake.updates}, layers)
                 shared = entry["split"]["federated_layers"]
             global_params.update(aggregate_layers(intake.updates, layers[:shared], global_params))
             for update in intake.updates:
@@ -145,11 +155,11 @@ class PLayerFLController(ModelController):
                 check_curve(update.site, meta.get(protocol.SENSITIVITY), layers)
         return check
 
-    def _split(self, intake: RoundIntake, layers: list[Layer]) -> dict[str, Any]:
-        """Choose p with the method's rule; returns the record a researcher needs to see why."""
-        curves = {site: meta[protocol.SENSITIVITY] for site, meta in intake.meta.items() if protocol.SENSITIVITY in meta}
-        inputs = SplitInputs([layer.name for layer in layers], curves, {u.site: u.num_samples for u in intake.updates},
-                             self.threshold, self.seed)
+    def _split(self, curves: Mapping[str, Any], num_samples: Mapping[str, int], layers: list[Layer]) -> dict[str, Any]:
+        """Choose p with the method's rule from the sites' curves (if any); returns the record a researcher needs
+        to see why."""
+        inputs = SplitInputs([layer.name for layer in layers], curves, num_samples, self.threshold, self.seed,
+                             self.curve_normalisation, self.playerfl_split)
         return SPLIT_RULES[self.method](inputs, self.info)
 
     def _fail(self, recorder: RunRecorder, message: str, **extra: Any) -> None:
@@ -169,7 +179,8 @@ class PLayerFLController(ModelController):
 
     def _job_summary(self, layers: list[Layer]) -> dict[str, Any]:
         return {"workflow": "playerfl", "method": self.method, "model": self.model, "model_args": self.model_args,
-                "num_rounds": self.num_rounds, "threshold": self.threshold, "seed": self.seed,
+                "num_rounds": self.num_rounds, "threshold": self.threshold,
+                "curve_normalisation": self.curve_normalisation, "playerfl_split": self.playerfl_split, "seed": self.seed,
                 "layers": [layer.name for layer in layers]}
 
 

@@ -1,10 +1,13 @@
-"""PLayer-FL's split on the server: how many leading layers to federate after round 1, one rule per method.
+"""PLayer-FL's split on the server: how many leading layers to federate, one rule per method.
 
-Threshold rule (PLayer-FL). The paper compares the relative sensitivity of consecutive layers with a threshold t
-but publishes neither t nor how sites are combined. Ours (ALGORITHMS.md): the sample-weighted mean F of the
-sites' cumulative curves, r_l = F_l / F_{l-1}, and p = (first l with r_l > t) - 1 layers federated (1-based
-l >= 2); the last layer always stays local, so p <= L - 1, and p >= 1.
-Random rule (PLayer-FL-Random): p uniform in 1..L-1, drawn with the job seed.
+Threshold rule (PLayer-FL, after round 1). The paper compares the relative sensitivity of consecutive layers with a
+threshold t but publishes neither t nor how sites are combined. Ours (ALGORITHMS.md, docs/playerfl.md): each site's
+cumulative curve is normalised (divided by its total, or by its first layer), so that every site weighs on the
+shape and none on its scale (raw first-layer values differ by up to four orders of magnitude between sites); the
+federation's curve F is the training-size-weighted mean of the normalised curves; r_l = F_l / F_{l-1}, and p =
+(first l with r_l > t) - 1 layers federated (1-based l >= 2); the last layer always stays local, so 1 <= p <= L - 1.
+The same rule on each site's own curve gives that site's p, recorded beside the federation's.
+Random rule (PLayer-FL-Random, before round 1): p uniform over 1..L-1 without PLayer-FL's p, by the job seed.
 """
 
 from __future__ import annotations
@@ -16,12 +19,24 @@ from typing import Any
 import numpy as np
 
 THRESHOLD_GRID = (1.1, 1.25, 1.5, 2.0, 3.0, 5.0)
+NORMALISATIONS = ("total", "first_layer")
 
 Curve = Sequence[float] | np.ndarray
 
 
-def combine_curves(curves: Mapping[str, Sequence[float]], num_samples: Mapping[str, int]) -> np.ndarray:
-    """Sample-weighted mean of the sites' cumulative curves (all of the same length)."""
+def normalise_curve(curve: Curve, normalisation: str) -> np.ndarray:
+    """A site's cumulative curve divided by its last value ("total") or its first ("first_layer"); a curve whose
+    divisor is 0 (no gradient reached those weights) stays 0."""
+    f = np.asarray(curve, dtype=np.float64)
+    if normalisation not in NORMALISATIONS:
+        raise ValueError(f"unknown curve normalisation {normalisation!r}; choose one of {list(NORMALISATIONS)}")
+    divisor = f[-1] if normalisation == "total" else f[0]
+    normalised: np.ndarray = f / divisor if divisor > 0 else np.zeros_like(f)
+    return normalised
+
+
+def combine_curves(curves: Mapping[str, Curve], num_samples: Mapping[str, int]) -> np.ndarray:
+    """Sample-weighted mean of the sites' (normalised) cumulative curves, all of the same length."""
     if not curves:
         raise ValueError("no sensitivity curves to combine")
     lengths = {site: len(curve) for site, curve in curves.items()}
@@ -62,13 +77,16 @@ def split_over_thresholds(curve: Curve, thresholds: Sequence[float]) -> dict[flo
 @dataclass(frozen=True)
 class SplitInputs:
     """Everything a split rule may use: the model's layer names, the valid sites' round-1 curves (those that sent
-    one) and sample counts, and the job's threshold and seed."""
+    one) and sample counts, the job's threshold, curve normalisation and seed, and PLayer-FL's p for the random
+    rule to leave out (0: not known)."""
 
     layers: list[str]
     site_curves: Mapping[str, Mapping[str, list[float]]]
     num_samples: Mapping[str, int]
     threshold: float
     seed: int
+    normalisation: str = "total"
+    playerfl_split: int = 0
 
 
 SplitRule = Callable[[SplitInputs, Callable[[str], None]], dict[str, Any]]
@@ -76,26 +94,39 @@ SplitRule = Callable[[SplitInputs, Callable[[str], None]], dict[str, Any]]
 
 
 def threshold_split(inputs: SplitInputs, log: Callable[[str], None]) -> dict[str, Any]:
-    """PLayer-FL: p from the mean curve, with what a researcher needs to see why (curves, ratios, p over t)."""
+    """PLayer-FL: p from the federation's normalised curve, with what a researcher needs to see why (every site's
+    curve and own p, the federation's curve and ratios, p over a grid of t)."""
     names = inputs.layers
-    mean = combine_curves({s: c["cumulative"] for s, c in inputs.site_curves.items()}, inputs.num_samples)
-    p = choose_split(mean, inputs.threshold)
-    stability = split_over_thresholds(mean, THRESHOLD_GRID)
-    log(f"PLayer-FL split: federating the first {p} layers ({names[:p]}), t={inputs.threshold}; "
-        f"mean curve {np.round(mean, 6).tolist()}; p over t: {stability}")
-    ratios = [float(r) if np.isfinite(r) else None for r in sensitivity_ratios(mean)]
-    return {"rule": "threshold", "threshold": inputs.threshold, "layers": names, "federated_layers": p,
-            "mean_curve": mean.tolist(), "ratios": ratios, "split_over_thresholds": {str(t): v for t, v in stability.items()},
-            "site_curves": {s: c["cumulative"] for s, c in inputs.site_curves.items()},
-            "site_importance": {s: c["importance"] for s, c in inputs.site_curves.items()}}
+    raw = {s: c["cumulative"] for s, c in sorted(inputs.site_curves.items())}
+    normalised = {s: normalise_curve(c, inputs.normalisation) for s, c in raw.items()}
+    federation = combine_curves(normalised, inputs.num_samples)
+    p = choose_split(federation, inputs.threshold)
+    site_splits = {s: choose_split(c, inputs.threshold) for s, c in raw.items()}
+    stability = split_over_thresholds(federation, THRESHOLD_GRID)
+    log(f"PLayer-FL split: federating the first {p} layers ({names[:p]}), t={inputs.threshold}; sites' own p "
+        f"{site_splits}; federation curve ({inputs.normalisation}-normalised) {np.round(federation, 4).tolist()}; "
+        f"p over t: {stability}")
+    ratios = [float(r) if np.isfinite(r) else None for r in sensitivity_ratios(federation)]
+    return {"rule": "threshold", "threshold": inputs.threshold, "normalisation": inputs.normalisation, "layers": names,
+            "federated_layers": p, "federation_curve": federation.tolist(), "ratios": ratios,
+            "split_over_thresholds": {str(t): v for t, v in stability.items()}, "site_splits": site_splits,
+            "site_curves": raw, "site_normalised_curves": {s: c.tolist() for s, c in normalised.items()},
+            "site_importance": {s: c["importance"] for s, c in sorted(inputs.site_curves.items())}}
 
 
 def random_split(inputs: SplitInputs, log: Callable[[str], None]) -> dict[str, Any]:
-    """PLayer-FL-Random: p uniform in 1..L-1 by the job seed, whatever the sites sent."""
+    """PLayer-FL-Random: p uniform over 1..L-1 (never the full model) without PLayer-FL's p, by the job seed."""
     names = inputs.layers
-    p = int(np.random.default_rng(inputs.seed).integers(1, len(names)))
-    log(f"PLayer-FL-Random: federating the first {p} layers ({names[:p]})")
-    return {"rule": "random", "layers": names, "federated_layers": p}
+    if inputs.playerfl_split >= len(names):
+        raise ValueError(f"playerfl_split={inputs.playerfl_split}: the model has {len(names)} layers, PLayer-FL "
+                         f"federates at most {len(names) - 1}")
+    choices = [p for p in range(1, len(names)) if p != inputs.playerfl_split]
+    if not choices:
+        raise ValueError(f"a {len(names)}-layer model leaves PLayer-FL-Random no split besides PLayer-FL's")
+    p = int(np.random.default_rng(inputs.seed).choice(choices))
+    log(f"PLayer-FL-Random: federating the first {p} layers ({names[:p]}), drawn from {choices}")
+    return {"rule": "random", "layers": names, "federated_layers": p, "choices": choices,
+            "playerfl_split": inputs.playerfl_split}
 
 
 SPLIT_RULES: dict[str, SplitRule] = {"playerfl": threshold_split, "playerfl_random": random_split}

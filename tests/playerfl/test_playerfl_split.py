@@ -1,9 +1,17 @@
-"""The server's split rule: sample-weighted curves, the first jump decides p, the last layer stays local."""
+"""The server's split rule: normalised, sample-weighted curves, the first jump decides p, the last layer stays local."""
 
 import numpy as np
 import pytest
 
-from server_app.playerfl_split import choose_split, combine_curves, sensitivity_ratios, split_over_thresholds
+from server_app.playerfl_split import (
+    SplitInputs,
+    choose_split,
+    combine_curves,
+    normalise_curve,
+    sensitivity_ratios,
+    split_over_thresholds,
+    threshold_split,
+)
 
 # Importance 1, 1, 1, then a layer 20x more sensitive: ratios 2, 1.5, 7.67, ... -> federate the first 3 layers.
 JUMP_CURVE = np.cumsum([1.0, 1.0, 1.0, 20.0, 30.0, 40.0]).tolist()
@@ -60,3 +68,37 @@ def test_curves_of_different_length_are_refused():
 def test_threshold_must_exceed_one():
     with pytest.raises(ValueError, match="exceed 1"):
         choose_split(JUMP_CURVE, threshold=1.0)
+
+
+def test_normalised_curves_end_at_one_or_start_at_one():
+    curve = [2.0, 4.0, 8.0]
+
+    assert normalise_curve(curve, "total").tolist() == [0.25, 0.5, 1.0]
+    assert normalise_curve(curve, "first_layer").tolist() == [1.0, 2.0, 4.0]
+    assert normalise_curve([0.0, 0.0], "total").tolist() == [0.0, 0.0]
+
+
+# Three sites whose curves jump at layer 3 (federate 2 layers), and one large site, 10,000 times their scale, whose
+# curve grows smoothly. Averaging the raw curves lets the large site decide; its own shape says "federate 5 layers".
+EARLY_JUMP = np.cumsum([1.0, 0.2, 6.0, 1.0, 1.0, 1.0]).tolist()
+SMOOTH_LARGE = (1e4 * np.cumsum([1.0, 0.3, 0.3, 0.3, 0.3, 3.0])).tolist()
+SITES = {"site-1": EARLY_JUMP, "site-2": EARLY_JUMP, "site-3": EARLY_JUMP, "site-4": SMOOTH_LARGE}
+SAMPLES = {"site-1": 100, "site-2": 100, "site-3": 100, "site-4": 100}
+
+
+def _record(normalisation: str) -> dict:
+    curves = {s: {"cumulative": c, "importance": np.diff([0.0, *c]).tolist()} for s, c in SITES.items()}
+    inputs = SplitInputs([f"l{i}" for i in range(6)], curves, SAMPLES, threshold=2.0, seed=0, normalisation=normalisation)
+    return threshold_split(inputs, lambda message: None)
+
+
+@pytest.mark.parametrize("normalisation", ["total", "first_layer"])
+def test_where_most_sites_say_split_early_normalised_curves_move_p_there(normalisation):
+    raw = choose_split(combine_curves(SITES, SAMPLES), threshold=2.0)
+
+    record = _record(normalisation)
+
+    assert raw == 5  # the raw mean follows the large site
+    assert record["federated_layers"] == 2
+    assert record["site_splits"] == {"site-1": 2, "site-2": 2, "site-3": 2, "site-4": 5}
+    assert record["normalisation"] == normalisation
