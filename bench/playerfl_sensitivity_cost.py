@@ -1,8 +1,8 @@
 """Benchmark: PLayer-FL's one-off sensitivity pass vs one local training epoch, at one site (goal: < 5%).
 
 Both use the site task's own functions on the same synthetic ISIC-format site, interleaved: an epoch is
-`train_epochs` over the training split (JPEG decoding included, as at a real site); the sensitivity pass draws one
-fresh batch and runs `federation_sensitivity` on it. The pass costs about one training step, so its share of an
+`train_epochs` over the training split (JPEG decoding and augmentation included, as at a real site); the sensitivity
+pass draws one fresh batch and runs `federation_sensitivity` on it. The pass costs about one training step, so its share of an
 epoch falls with the number of batches per epoch; the table reports both.
 
     .venv/bin/python bench/playerfl_sensitivity_cost.py [--images 4000 --size 64 --batch-size 128 --repeats 3]
@@ -24,7 +24,7 @@ from fl_contract.models import build_model
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.playerfl.data import IsicImages, load_site_splits
 from site_agent.playerfl.sensitivity import federation_sensitivity
-from site_agent.playerfl.training import focal_loss, train_epochs
+from site_agent.playerfl.training import adam, focal_loss, train_epochs
 
 
 def main() -> None:
@@ -37,13 +37,14 @@ def main() -> None:
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         folder = write_isic_site(Path(tmp), 1, n_sites=1, n_images=args.images, size=args.size)
-        train = IsicImages(load_site_splits(folder, seed=0).train, args.size)
-        model = build_model("cnn5", in_size=args.size)
-        loss_fn = focal_loss(2.0)
+        train = IsicImages(load_site_splits(folder, seed=0).train, args.size, augment=True)
+        model = build_model("cnn5")
+        optimizer = adam(model, 1e-3, 1e-4)
+        loss_fn = focal_loss(1.0)
         epochs, passes = [], []
         for _repeat in range(args.repeats):
             start = time.perf_counter()
-            train_epochs(model, DataLoader(train, batch_size=args.batch_size, shuffle=True), loss_fn, 1, 1e-3, 1e-4)
+            train_epochs(model, DataLoader(train, batch_size=args.batch_size, shuffle=True), loss_fn, 1, optimizer)
             epochs.append(time.perf_counter() - start)
             start = time.perf_counter()
             images, labels = next(iter(DataLoader(train, batch_size=args.batch_size, shuffle=True)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from fl_contract.playerfl.methods import REGISTRY
 
 METHODS: tuple[str, ...] = tuple(REGISTRY)
-"""local, fedavg, fedprox, ditto, fedbabu, fedlp, playerfl, playerfl_random."""
+"""local, fedavg, fedprox, ditto, fedbabu, fedlp, pfedme, playerfl, playerfl_random."""
 
 TRAIN_TASK = "train"
 EVALUATE_TASK = "evaluate"

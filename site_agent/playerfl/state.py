@@ -1,12 +1,14 @@
-"""The site's state between rounds, in its own workspace: its model (with the local suffix), Ditto's personal
-model, and the best-validation snapshot. Written atomically after every round, one file per round (the last two
-kept), so a restarted site resumes, and so does a job the server resumed from an earlier round than the site's last.
+"""The site's state between rounds, in its own workspace: its model (with the local suffix), Ditto's and pFedMe's
+personal model, the best-validation snapshot, and its optimizers' state (one Adam per role, kept across rounds).
+Written atomically after every round, one file per round (the last two kept), so a restarted site resumes, and so
+does a job the server resumed from an earlier round than the site's last.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -21,6 +23,7 @@ class SiteState:
     best: StateDict | None = None
     best_score: float = float("-inf")
     best_round: int = -1
+    optimizers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def offer_snapshot(self, state: StateDict, score: float, round_number: int) -> bool:
         """Keep `state` if its validation score beats the best so far (ties keep the earlier snapshot)."""

@@ -1,8 +1,10 @@
-"""Local training and evaluation shared by every method: focal loss, Adam (amsgrad), macro-F1, balanced accuracy."""
+"""Local training and evaluation shared by every method: focal loss with per-class alpha, Adam (amsgrad) whose state
+the site keeps across rounds, macro-F1, balanced accuracy."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,31 +14,35 @@ from monai.losses import FocalLoss
 from nvflare.app_opt.pt.fedproxloss import PTFedProxLoss
 from sklearn.metrics import balanced_accuracy_score, f1_score
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from fl_contract.playerfl.layers import Layer
+from site_agent.playerfl.data import IsicImages
 from site_agent.playerfl.state import StateDict
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 Penalty = Callable[[nn.Module], Tensor]
+OptimizerStates = dict[str, dict[str, Any]]
 FRESH_BATCH_OFFSET = 50_000  # the sensitivity batch's shuffling stream, apart from every round's epoch order
 
 
-def focal_loss(gamma: float) -> LossFn:
-    """Softmax focal loss on (N, C) logits and (N,) class indices (the reference setup's loss)."""
-    focal = FocalLoss(to_onehot_y=True, use_softmax=True, gamma=gamma)
+def focal_loss(gamma: float, alpha: Sequence[float] | None = None) -> LossFn:
+    """Softmax focal loss on (N, C) logits and (N,) class indices; `alpha` weighs each class (the reference ISIC
+    setup: gamma 1, alpha from the class frequencies)."""
+    focal = FocalLoss(to_onehot_y=True, use_softmax=True, gamma=gamma, alpha=None if alpha is None else list(alpha))
     return lambda logits, labels: focal(logits, labels[:, None])
 
 
-def train_epochs(model: nn.Module, loader: DataLoader[Any], loss_fn: LossFn, epochs: int, learning_rate: float,
-                 weight_decay: float, penalty: Penalty | None = None) -> float:
-    """Train the parameters that require grad for `epochs` passes; returns the last epoch's mean loss.
-
-    A fresh optimizer each call (each round), as FL sites usually do; `penalty(model)` is added to every batch
-    loss (FedProx's and Ditto's proximal terms).
-    """
+def adam(model: nn.Module, learning_rate: float, weight_decay: float) -> torch.optim.Optimizer:
+    """The reference optimizer over the parameters that require grad: Adam with amsgrad and weight decay."""
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(trainable, lr=learning_rate, weight_decay=weight_decay, amsgrad=True)
+    return torch.optim.Adam(trainable, lr=learning_rate, weight_decay=weight_decay, amsgrad=True)
+
+
+def train_epochs(model: nn.Module, loader: DataLoader[Any], loss_fn: LossFn, epochs: int, optimizer: torch.optim.Optimizer,
+                 penalty: Penalty | None = None) -> float:
+    """Train `model` with `optimizer` for `epochs` passes; returns the last epoch's mean loss. `penalty(model)` is
+    added to every batch loss (FedProx's and Ditto's proximal terms)."""
     model.train()
     mean_loss = float("nan")
     for _ in range(epochs):
@@ -50,9 +56,13 @@ def train_epochs(model: nn.Module, loader: DataLoader[Any], loss_fn: LossFn, epo
             optimizer.step()
             total, count = total + float(loss.detach()) * len(labels), count + len(labels)
         mean_loss = total / count
-        if not np.isfinite(mean_loss):
-            raise FloatingPointError(f"training loss became {mean_loss}; lower the learning rate")
+        check_finite(mean_loss)
     return mean_loss
+
+
+def check_finite(loss: float) -> None:
+    if not np.isfinite(loss):
+        raise FloatingPointError(f"training loss became {loss}; lower the learning rate")
 
 
 @torch.no_grad()
@@ -81,11 +91,13 @@ def proximal_penalty(reference: nn.Module, mu: float) -> Penalty:
 class LocalTrainer:
     """One round of local training at a site, as a method sees it: it picks models and penalties, not loaders.
 
-    Shuffling is seeded by (seed, round), so every pass of the round sees the same order and a restarted site
-    repeats it; `new_model` builds the job's initial weights, the same at every site.
+    Shuffling and augmentation are seeded by (seed, round), so a restarted site repeats a round exactly;
+    `new_model` builds the job's initial weights, the same at every site. `optimizers` is the site's saved Adam state
+    per role ("model", Ditto's and pFedMe's "personal", ...), updated in place: one optimizer per site and role
+    across rounds, as in the reference code, rather than a fresh one each round.
     """
 
-    data: Dataset[Any]
+    data: IsicImages
     layers: list[Layer]
     new_model: Callable[[], nn.Module]
     loss_fn: LossFn
@@ -95,11 +107,29 @@ class LocalTrainer:
     weight_decay: float
     seed: int
     round_number: int
+    optimizers: OptimizerStates
 
-    def train(self, model: nn.Module, penalty: Penalty | None = None, epochs: int | None = None) -> float:
-        """`epochs` (default: the job's local epochs) passes over the round's order; returns the last mean loss."""
-        return train_epochs(model, self._loader(0), self.loss_fn, self.epochs if epochs is None else epochs,
-                            self.learning_rate, self.weight_decay, penalty=penalty)
+    def train(self, model: nn.Module, penalty: Penalty | None = None, epochs: int | None = None,
+              role: str = "model") -> float:
+        """`epochs` (default: the job's local epochs) passes with the role's optimizer; returns the last mean loss."""
+        with self.optimizer(model, role) as optimizer:
+            return train_epochs(model, self._loader(0), self.loss_fn, self.epochs if epochs is None else epochs,
+                                optimizer, penalty=penalty)
+
+    @contextlib.contextmanager
+    def optimizer(self, model: nn.Module, role: str) -> Iterator[torch.optim.Optimizer]:
+        """Adam over `model`'s trainable parameters, resuming the site's saved state for `role`; saved back after."""
+        optimizer = adam(model, self.learning_rate, self.weight_decay)
+        if role in self.optimizers:
+            optimizer.load_state_dict(self.optimizers[role])
+        yield optimizer
+        self.optimizers[role] = optimizer.state_dict()
+
+    def batches(self) -> Iterator[tuple[Tensor, Tensor]]:
+        """The round's training batches, `epochs` passes, for methods with their own inner loop (pFedMe)."""
+        loader = self._loader(0)
+        for _ in range(self.epochs):
+            yield from loader
 
     def model_from(self, state: StateDict) -> nn.Module:
         """A model of the job's architecture holding `state`."""
@@ -113,5 +143,7 @@ class LocalTrainer:
         return images, labels
 
     def _loader(self, offset: int) -> DataLoader[Any]:
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.round_number + offset)
+        stream = self.seed * 100_003 + self.round_number + offset
+        self.data.reseed(stream % 2**32)
+        generator = torch.Generator().manual_seed(stream)
         return DataLoader(self.data, batch_size=self.batch_size, shuffle=True, generator=generator)

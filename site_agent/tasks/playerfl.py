@@ -3,8 +3,10 @@
 Each `train` task: load the received layers over the site's own model, validate the model the site would deploy
 (snapshotting the best), train locally, and return the shared layers. What differs per method is the method's
 strategy (`site_agent.playerfl.methods`, over the contract in `fl_contract.playerfl.methods`); PLayer-FL's
-sensitivity curve is sent when its contract says so. The final `evaluate` task scores the best-validation
-snapshot on the site's held-out test split. What leaves the site per method is listed in docs/playerfl.md.
+sensitivity curve, measured by its strategy after the first local epoch, is sent when its contract says so. The
+final `evaluate` task scores the best-validation snapshot (FedBABU: its fine-tuned model) on the site's held-out
+test split. Metrics also go to TensorBoard through FLARE's experiment tracking when the job names a writer. What
+leaves the site per method is listed in docs/playerfl.md.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_constant import FLContextKey, FLMetaKey
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
+from nvflare.app_common.tracking.log_writer import LogWriter
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -30,9 +34,8 @@ from fl_contract.models import build_model, load_numpy_params
 from fl_contract.playerfl import protocol
 from fl_contract.playerfl.layers import Layer, model_layers, prefix_keys
 from site_agent.data.isic import IsicRecord
-from site_agent.playerfl.data import IsicImages, SiteSplits, load_site_splits
+from site_agent.playerfl.data import IsicImages, SiteSplits, class_weights, load_site_splits
 from site_agent.playerfl.methods import MethodOptions, SiteMethod, site_method
-from site_agent.playerfl.sensitivity import federation_sensitivity
 from site_agent.playerfl.state import SiteState, load_state, save_state, state_folder, state_path
 from site_agent.playerfl.training import LocalTrainer, LossFn, evaluate, focal_loss
 from site_agent.tasks.executor import SiteContext, TaskExecutor
@@ -42,11 +45,12 @@ FINETUNE_ROUND = -1  # the shuffling stream of the local steps before the final 
 
 @dataclass(frozen=True)
 class _Site:
-    """Per job and site: the data loaders and where the state lives."""
+    """Per job and site: the data, the loss weighted by the site's class frequencies, and where the state lives."""
 
     train: IsicImages
     val: DataLoader[Any]
     test: DataLoader[Any]
+    loss_fn: LossFn
     state_folder: Path
 
 
@@ -69,11 +73,14 @@ class PLayerFLTask(TaskExecutor):
         fedprox_mu: float,
         ditto_lambda: float,
         fedlp_keep: float,
+        pfedme_lambda: float,
+        pfedme_steps: int,
         finetune_epochs: int,
+        analytic_sender_id: str,
         seed: int,
     ):
         super().__init__(seed=seed)
-        options = MethodOptions(fedprox_mu, ditto_lambda, fedlp_keep, finetune_epochs, seed)
+        options = MethodOptions(fedprox_mu, ditto_lambda, fedlp_keep, pfedme_lambda, pfedme_steps, finetune_epochs, seed)
         self._strategy: SiteMethod = site_method(method, options)
         # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
         self.method = method
@@ -89,19 +96,25 @@ class PLayerFLTask(TaskExecutor):
         self.fedprox_mu = fedprox_mu
         self.ditto_lambda = ditto_lambda
         self.fedlp_keep = fedlp_keep
+        self.pfedme_lambda = pfedme_lambda
+        self.pfedme_steps = pfedme_steps
         self.finetune_epochs = finetune_epochs
+        self.analytic_sender_id = analytic_sender_id
         self._job_id = "job"
         self._site: _Site | None = None
+        self._writer: LogWriter | None = None
+
+    def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
+        if event_type == EventType.START_RUN and self.analytic_sender_id:
+            self._writer = fl_ctx.get_engine().get_component(self.analytic_sender_id)
+            if self._writer is None:
+                self.system_panic(f"the job names tracking component {self.analytic_sender_id!r} but does not define it", fl_ctx)
 
     def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
         # the state is per job (jobs never see each other's state); a job the server resumed continues its first run's
         meta = fl_ctx.get_prop(FLContextKey.JOB_META) or {}
         self._job_id = str(meta.get(RESUMED_FROM_KEY) or fl_ctx.get_job_id() or "job")
         return super().execute(task_name, shareable, fl_ctx, abort_signal)
-
-    @cached_property
-    def loss_fn(self) -> LossFn:
-        return focal_loss(self.focal_gamma)
 
     @cached_property
     def layers(self) -> list[Layer]:
@@ -112,16 +125,19 @@ class PLayerFLTask(TaskExecutor):
     def task_train(self, model: FLModel, ctx: SiteContext) -> FLModel:
         site, state, net = self._prepare(model, ctx)
         round_number = int(model.current_round or 0)
-        trainer = self._trainer(site, round_number)
+        trainer = self._trainer(site, state, round_number)
         metrics = self._validate(site, state, net, trainer, round_number) if round_number > 0 else {}
         received = {k: v.detach().clone() for k, v in net.state_dict().items()}
-        metrics["train_loss"] = self._strategy.train(net, received, state, trainer)
+        local = self._strategy.train(net, received, state, trainer)
+        metrics["train_loss"] = local.loss
         meta: dict[str, Any] = {FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(site.train)}
         if self._strategy.contract.sends_sensitivity(round_number):
-            images, labels = trainer.fresh_batch()
-            meta[protocol.SENSITIVITY] = federation_sensitivity(net, self.loss_fn, images, labels).to_meta()
+            if local.sensitivity is None:
+                raise RuntimeError(f"method {self.method} owes its sensitivity curve in round {round_number + 1}")
+            meta[protocol.SENSITIVITY] = local.sensitivity.to_meta()
         state.model = net.state_dict()
         save_state(state, site.state_folder, round_number)
+        self._track(metrics, round_number)
         shared = self.layers[: int(model.meta[protocol.SHARED_LAYERS])]
         upload = _layer_values(net, self._strategy.upload(shared, ctx.site_name, round_number))
         if not upload:  # Local, or FedLP dropping every layer: only the sample count and metrics leave the site
@@ -130,16 +146,22 @@ class PLayerFLTask(TaskExecutor):
 
     def task_evaluate(self, model: FLModel, ctx: SiteContext) -> FLModel:
         site, state, net = self._prepare(model, ctx)
-        trainer = self._trainer(site, FINETUNE_ROUND)
-        self._strategy.before_evaluation(net, trainer)
-        metrics = self._validate(site, state, net, trainer, int(model.total_rounds or 0))
+        final_round = int(model.total_rounds or 0)
+        trainer = self._trainer(site, state, FINETUNE_ROUND)
+        self._strategy.before_evaluation(net, state, trainer)
+        metrics = self._validate(site, state, net, trainer, final_round)
         save_state(state, site.state_folder, int(model.current_round or 0))
-        if state.best is None:  # _validate has just offered a snapshot, and a macro-F1 always beats the initial -inf
-            raise RuntimeError(f"site {ctx.site_name}: no best-validation snapshot to evaluate")
-        test = evaluate(trainer.model_from(state.best), site.test)
-        return FLModel(metrics={**metrics, "test_macro_f1": test["macro_f1"], "test_balanced_accuracy": test["balanced_accuracy"],
-                                "best_round": state.best_round, "best_val_macro_f1": state.best_score},
-                       meta={FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(site.train)})
+        if self._strategy.selects_best_snapshot:
+            if state.best is None:  # _validate has just offered a snapshot, and a macro-F1 always beats the initial -inf
+                raise RuntimeError(f"site {ctx.site_name}: no best-validation snapshot to evaluate")
+            chosen, best_round, best_score = trainer.model_from(state.best), state.best_round, state.best_score
+        else:
+            chosen, best_round, best_score = self._strategy.deployed(net, state, trainer), final_round, metrics["val_macro_f1"]
+        test = evaluate(chosen, site.test)
+        metrics = {**metrics, "test_macro_f1": test["macro_f1"], "test_balanced_accuracy": test["balanced_accuracy"],
+                   "best_round": best_round, "best_val_macro_f1": best_score}
+        self._track(metrics, final_round)
+        return FLModel(metrics=metrics, meta={FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(site.train)})
 
     # ---- steps -------------------------------------------------------------------------------------------------
 
@@ -170,6 +192,14 @@ class PLayerFLTask(TaskExecutor):
         state.offer_snapshot(deployed.state_dict(), scores["macro_f1"], round_number)
         return {"val_macro_f1": scores["macro_f1"], "val_balanced_accuracy": scores["balanced_accuracy"]}
 
+    def _track(self, metrics: dict[str, float], round_number: int) -> None:
+        """Each metric to the job's TensorBoard writer, at step = the round (0-based; the final evaluation at
+        num_rounds); FLARE's receiver files them per site."""
+        if self._writer is None:
+            return
+        for tag, value in metrics.items():
+            self._writer.add_scalar(tag, value, global_step=round_number)
+
     # ---- helpers -----------------------------------------------------------------------------------------------
 
     def _new_model(self) -> nn.Module:
@@ -177,9 +207,9 @@ class PLayerFLTask(TaskExecutor):
             torch.manual_seed(self.seed)  # every site starts from the same initial weights
             return build_model(self.model, **self.model_args)
 
-    def _trainer(self, site: _Site, round_number: int) -> LocalTrainer:
-        return LocalTrainer(site.train, self.layers, self._new_model, self.loss_fn, self.local_epochs, self.batch_size,
-                            self.learning_rate, self.weight_decay, self.seed, round_number)
+    def _trainer(self, site: _Site, state: SiteState, round_number: int) -> LocalTrainer:
+        return LocalTrainer(site.train, self.layers, self._new_model, site.loss_fn, self.local_epochs, self.batch_size,
+                            self.learning_rate, self.weight_decay, self.seed, round_number, state.optimizers)
 
     def _load_site(self, ctx: SiteContext) -> _Site:
         if self._site is None:
@@ -188,7 +218,8 @@ class PLayerFLTask(TaskExecutor):
             def loader(records: Sequence[IsicRecord]) -> DataLoader[Any]:
                 return DataLoader(IsicImages(records, self.image_size), batch_size=self.batch_size)
 
-            self._site = _Site(IsicImages(splits.train, self.image_size), loader(splits.val), loader(splits.test),
+            self._site = _Site(IsicImages(splits.train, self.image_size, augment=True), loader(splits.val),
+                               loader(splits.test), focal_loss(self.focal_gamma, class_weights(splits.train)),
                                state_folder(ctx.workspace_dir, self._job_id))
         return self._site
 

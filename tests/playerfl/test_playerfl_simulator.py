@@ -23,7 +23,7 @@ def test_exported_job_ships_no_code_and_keeps_every_parameter(tmp_path):
     assert job.files == JOB_FILES
     assert job.meta["site_agent_version"] == __version__
     assert server["path"] == "server_app.playerfl.PLayerFLController"
-    expected_server_args = {"method": "ditto", "num_rounds": 4, "threshold": 2.0, "model_args": {"num_classes": 4, "in_size": 64}}
+    expected_server_args = {"method": "ditto", "num_rounds": 4, "threshold": 2.0, "model_args": {"num_classes": 4}}
     assert server["args"] | expected_server_args == server["args"]
     assert client["path"] == "site_agent.tasks.playerfl.PLayerFLTask"
     assert client["args"] | {"method": "ditto", "ditto_lambda": 0.3, "image_size": 64} == client["args"]

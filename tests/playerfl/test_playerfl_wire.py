@@ -16,7 +16,7 @@ from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.site_config import SiteConfig
 from site_agent.tasks.executor import SiteContext
 
-MODEL_ARGS = {"in_size": 32, "channels": [4, 4, 8, 8, 8], "hidden": 8}
+MODEL_ARGS = {"channels": [4, 4, 8, 8, 8], "hidden": 8}
 
 
 def _context(tmp_path: Path) -> SiteContext:
@@ -47,14 +47,14 @@ def _global(shared: int, method: str, round_index: int) -> FLModel:
     return FLModel(params=params, current_round=round_index, total_rounds=3, meta=meta)
 
 
-def test_playerfl_sends_everything_and_its_curve_once_then_exactly_the_prefix(tmp_path):
+def test_playerfl_sends_all_but_the_last_layer_and_its_curve_once_then_exactly_the_prefix(tmp_path):
     ctx, task = _context(tmp_path), _task("playerfl")
     layers = model_layers(build_model("cnn5", **MODEL_ARGS))
 
-    first = task.task_train(_global(len(layers), "playerfl", 0), ctx)
+    first = task.task_train(_global(len(layers) - 1, "playerfl", 0), ctx)
     second = task.task_train(_global(3, "playerfl", 1), ctx)
 
-    assert sorted(first.params) == sorted(prefix_keys(layers, len(layers)))
+    assert sorted(first.params) == sorted(prefix_keys(layers, len(layers) - 1))
     assert first.meta[protocol.SENSITIVITY]["layers"] == [layer.name for layer in layers]
     assert sorted(second.params) == sorted(prefix_keys(layers, 3))
     assert set(second.meta) == {"NUM_STEPS_CURRENT_ROUND"}
@@ -63,7 +63,7 @@ def test_playerfl_sends_everything_and_its_curve_once_then_exactly_the_prefix(tm
 
 def _three_rounds(ctx: SiteContext, restart_before_last: bool, forget_state: bool = False) -> dict[str, torch.Tensor]:
     task = _task("playerfl")
-    task.task_train(_global(7, "playerfl", 0), ctx)
+    task.task_train(_global(6, "playerfl", 0), ctx)
     task.task_train(_global(3, "playerfl", 1), ctx)
     if forget_state:
         next((ctx.workspace_dir / "playerfl").rglob("*.pt")).unlink()
@@ -77,7 +77,7 @@ def test_local_suffix_is_kept_between_rounds_and_across_a_restart(tmp_path):
     restarted = _three_rounds(_context(tmp_path / "b"), restart_before_last=True)
     forgotten = _three_rounds(_context(tmp_path / "c"), restart_before_last=True, forget_state=True)
 
-    suffix = [k for k in uninterrupted if k.startswith("classifier")]
+    suffix = [k for k in uninterrupted if k.startswith(("conv4", "conv5", "fc"))]
     assert all(torch.equal(uninterrupted[k], restarted[k]) for k in suffix)
     assert not all(torch.equal(uninterrupted[k], forgotten[k]) for k in suffix)
 
@@ -108,4 +108,46 @@ def test_fedbabu_never_sends_or_trains_the_head(tmp_path):
 
 def test_site_refuses_a_server_running_another_method(tmp_path):
     with pytest.raises(ValueError, match="runs method 'fedavg' but the server runs 'playerfl'"):
-        _task("fedavg").task_train(_global(7, "playerfl", 0), _context(tmp_path))
+        _task("fedavg").task_train(_global(6, "playerfl", 0), _context(tmp_path))
+
+
+def _state(workspace: Path, round_number: int) -> dict:
+    return torch.load(next((workspace / "playerfl").rglob(f"round-{round_number}.pt")), weights_only=True)
+
+
+def test_the_sites_optimizer_state_is_kept_across_rounds(tmp_path):
+    ctx, task = _context(tmp_path), _task("fedavg")
+
+    task.task_train(_global(7, "fedavg", 0), ctx)
+    task.task_train(_global(7, "fedavg", 1), ctx)
+
+    steps = [int(_state(ctx.workspace_dir, r)["optimizers"]["model"]["state"][0]["step"]) for r in (0, 1)]
+    assert steps[1] == 2 * steps[0] > 0
+
+
+def test_fedbabu_reports_its_fine_tuned_model(tmp_path):
+    ctx, task = _context(tmp_path), _task("fedbabu")
+    task.task_train(_global(6, "fedbabu", 0), ctx)
+
+    result = task.task_evaluate(_global(6, "fedbabu", 1), ctx)
+
+    assert result.metrics["best_round"] == 3  # the total rounds: the fine-tuned model, not a federated round's
+    assert result.metrics["best_val_macro_f1"] == result.metrics["val_macro_f1"]
+    assert "finetune" in _state(ctx.workspace_dir, 1)["optimizers"]
+
+
+def test_pfedme_sends_its_local_copy_and_deploys_its_personal_model(tmp_path):
+    ctx, task = _context(tmp_path), _task("pfedme")
+    received = _global(7, "pfedme", 0)
+
+    result = task.task_train(received, ctx)
+
+    state = _state(ctx.workspace_dir, 0)
+    sent = {k: torch.as_tensor(v) for k, v in result.params.items()}
+    assert sorted(result.params) == sorted(state["model"])
+    assert all(torch.equal(sent[k], state["model"][k]) for k in sent)
+    assert not torch.equal(state["personal"]["conv1.weight"], state["model"]["conv1.weight"])
+    assert set(state["optimizers"]) == {"model", "personal"}
+    before = float(torch.dist(torch.as_tensor(received.params["fc2.weight"]), state["personal"]["fc2.weight"]))
+    after = float(torch.dist(sent["fc2.weight"], state["personal"]["fc2.weight"]))
+    assert after < before  # w moved towards theta

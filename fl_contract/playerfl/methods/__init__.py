@@ -9,11 +9,12 @@ from fl_contract.playerfl.methods.fedbabu import FedBABU
 from fl_contract.playerfl.methods.fedlp import FedLP
 from fl_contract.playerfl.methods.fedprox import FedProx
 from fl_contract.playerfl.methods.local import Local
+from fl_contract.playerfl.methods.pfedme import PFedMe
 from fl_contract.playerfl.methods.playerfl import PLayerFL
 from fl_contract.playerfl.methods.playerfl_random import PLayerFLRandom
 
-REGISTRY: dict[str, Method] = {m.name: m for m in (Local(), FedAvg(), FedProx(), Ditto(), FedBABU(), FedLP(), PLayerFL(),
-                                                    PLayerFLRandom())}
+REGISTRY: dict[str, Method] = {m.name: m for m in (Local(), FedAvg(), FedProx(), Ditto(), FedBABU(), FedLP(), PFedMe(),
+                                                    PLayerFL(), PLayerFLRandom())}
 
 
 def get_method(name: str) -> Method:

@@ -1,8 +1,8 @@
 """What sites and server must agree on about a PLayer-FL method; one subclass per method, one module each.
 
 Only shared rules live here: which leading layers are federated in round 1, whether and when a site sends its
-sensitivity curve, whether the server re-chooses the federated prefix, and whether a site may upload a subset of
-the shared layers. How a site trains (`site_agent.playerfl.methods`) and how the server chooses a split
+sensitivity curve, when the server chooses the federated prefix, and whether a site may upload a subset of the
+shared layers. How a site trains (`site_agent.playerfl.methods`) and how the server chooses a split
 (`server_app.playerfl_split`) are each side's own business.
 """
 
@@ -20,6 +20,8 @@ class Method:
     name: ClassVar[str]
     partial_upload: ClassVar[bool] = False
     """A site may send any subset of the shared layers, each layer whole (FedLP's layer dropping)."""
+    split_before_training: ClassVar[bool] = False
+    """The server fixes the federated prefix before round 1, from no site input (PLayer-FL-Random)."""
 
     def initial_shared_layers(self, num_layers: int) -> int:
         """Leading layers federated from round 1 on (until the server chooses a split, for methods that do)."""

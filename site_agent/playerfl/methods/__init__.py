@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from fl_contract.playerfl.methods import get_method
-from site_agent.playerfl.methods.base import MethodOptions, SiteMethod
+from site_agent.playerfl.methods.base import LocalRound, MethodOptions, SiteMethod
 from site_agent.playerfl.methods.ditto import Ditto
 from site_agent.playerfl.methods.fedbabu import FedBABU
 from site_agent.playerfl.methods.fedlp import FedLP
 from site_agent.playerfl.methods.fedprox import FedProx
+from site_agent.playerfl.methods.pfedme import PFedMe
+from site_agent.playerfl.methods.playerfl import PLayerFL
 
 SITE_METHODS: dict[str, type[SiteMethod]] = {
     "local": SiteMethod,  # trains the whole model alone: the server shares no layer with it
@@ -16,8 +18,9 @@ SITE_METHODS: dict[str, type[SiteMethod]] = {
     "ditto": Ditto,
     "fedbabu": FedBABU,
     "fedlp": FedLP,
-    "playerfl": SiteMethod,  # its sensitivity curve is the contract's rule, computed by the site task
-    "playerfl_random": SiteMethod,
+    "pfedme": PFedMe,
+    "playerfl": PLayerFL,
+    "playerfl_random": SiteMethod,  # trains as FedAvg on the prefix the server drew
 }
 
 
@@ -27,4 +30,4 @@ def site_method(name: str, options: MethodOptions) -> SiteMethod:
     return SITE_METHODS[name](contract, options)
 
 
-__all__ = ["SITE_METHODS", "MethodOptions", "SiteMethod", "site_method"]
+__all__ = ["SITE_METHODS", "LocalRound", "MethodOptions", "SiteMethod", "site_method"]
