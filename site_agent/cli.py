@@ -21,6 +21,7 @@ _COMMAND_MODULES = (
     "site_agent.audit",
     "site_agent.data.demo_cli",
     "site_agent.fedkt.cli",
+    "site_agent.playerfl.cli",
 )
 
 
