@@ -13,6 +13,8 @@ import numpy as np
 
 SCORES = ("test_macro_f1", "test_balanced_accuracy")
 WEIGHT = "num_train"
+INCENTIVE_BASELINES = ("local", "fedavg")
+"""The methods incentivisation compares against: it says nothing about them (FedAvg can never beat itself)."""
 
 
 def federation_summary(per_site: Mapping[str, Mapping[str, float]]) -> dict[str, float]:

@@ -1,34 +1,49 @@
-"""`playerfl-report RESULTS... --out DIR`: table (report.md, summary.json) and plots from several runs."""
+"""`playerfl-report RESULTS... --out DIR`: tables (report.md, summary.json) and plots from several runs."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
-from server_app.metrics import SCORES
-from server_app.report import plots
+from server_app.metrics import INCENTIVE_BASELINES, SCORES
+from server_app.report import plots, ranks
 from server_app.report.runs import Run, load_runs
 from server_app.report.table import markdown, method_table
+
+SUMMARY = (f"Median over seeds [lowest, highest seed]; federation scores weighted by training size; fairness = "
+           f"variance of the sites' scores (lower is fairer); incentivisation = share of sites strictly better than "
+           f"both their Local and their FedAvg result of the same seed (— for {' and '.join(INCENTIVE_BASELINES)}, "
+           f"which it compares against).")
+
+
+def splits_markdown(runs: Sequence[Run]) -> str:
+    """Per run that chose or drew a split: the federation's p, each site's own p (PLayer-FL) or what was drawn from."""
+    lines = ["| method | seed | federated layers p | sites' own p (PLayer-FL) / drawn from (random) |",
+             "| --- | ---: | ---: | --- |"]
+    for run in sorted((r for r in runs if r.split), key=lambda r: (r.method, r.seed)):
+        split = run.split or {}
+        detail = split.get("site_splits") or split.get("choices") or ""
+        lines.append(f"| {run.method} | {run.seed} | {split['federated_layers']} of {len(split['layers'])} | {detail} |")
+    return "\n".join(lines) + "\n"
 
 
 def write_report(runs: Sequence[Run], out_dir: Path) -> Path:
     """Write report.md, summary.json, one per-site bar chart per score and one curve plot per PLayer-FL run."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = method_table(runs)
+    table, ranked = method_table(runs), ranks.rankings(runs)
     figures = [plots.site_bars(runs, score, out_dir / f"sites_{score}.png") for score in SCORES]
     figures += [plots.sensitivity_curves(r, out_dir / f"sensitivity_seed{r.seed}.png")
                 for r in runs if r.split and "site_curves" in r.split]
+    text = ["# PLayer-FL report", "", f"{len(runs)} runs. {SUMMARY}", "", markdown(table), "## Ranks and tests", "",
+            ranks.markdown(ranked), "## Splits", "", splits_markdown(runs), *[f"![{f.stem}]({f.name})" for f in figures],
+            ""]
     splits = {f"{r.method} seed {r.seed}": r.split["federated_layers"] for r in runs if r.split}
-    text = ["# PLayer-FL report", "",
-            f"{len(runs)} runs. Median over seeds [bootstrap 95% interval]; federation scores weighted by training size; "
-            "fairness = variance across sites (lower is fairer); incentivisation = share of sites strictly better than "
-            "both their Local and FedAvg result of the same seed.", "", markdown(table),
-            "Layers federated: " + (", ".join(f"{k}: {v}" for k, v in sorted(splits.items())) or "none"), "",
-            *[f"![{f.stem}]({f.name})" for f in figures], ""]
-    (out_dir / "summary.json").write_text(json.dumps({"methods": table, "splits": splits}, indent=2))
+    (out_dir / "summary.json").write_text(json.dumps({"methods": table, "ranks": [asdict(r) for r in ranked],
+                                                      "splits": splits}, indent=2))
     report = out_dir / "report.md"
     report.write_text("\n".join(text))
     return report

@@ -1,4 +1,4 @@
-"""Report figures: per-site scores per method, and PLayer-FL's sensitivity curves with the chosen split."""
+"""Report figures: per-site scores per method, and PLayer-FL's sensitivity curves with the sites' and the federation's p."""
 
 from __future__ import annotations
 
@@ -35,20 +35,19 @@ def site_bars(runs: Sequence[Run], score: str, out: Path) -> Path:
 
 
 def sensitivity_curves(run: Run, out: Path) -> Path:
-    """Each site's cumulative curve and the weighted mean, log scale, with a line after the last federated layer."""
+    """Each site's normalised cumulative curve with its own p, the federation's curve and its split."""
     split = run.split
     if split is None:
         raise ValueError(f"{run.source}: the {run.method} run (seed {run.seed}) recorded no PLayer-FL split to plot")
     layers = split["layers"]
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(layers)), 4))
-    for site, curve in sorted(split["site_curves"].items()):
-        ax.plot(range(len(layers)), curve, marker=".", alpha=0.6, label=site)
-    ax.plot(range(len(layers)), split["mean_curve"], color="black", linewidth=2, label="weighted mean")
+    for site, curve in sorted(split["site_normalised_curves"].items()):
+        ax.plot(range(len(layers)), curve, marker=".", alpha=0.6, label=f"{site} (own p = {split['site_splits'][site]})")
+    ax.plot(range(len(layers)), split["federation_curve"], color="black", linewidth=2, label="federation")
     ax.axvline(split["federated_layers"] - 0.5, color="red", linestyle="--",
                label=f"split: federate {split['federated_layers']} (t={split['threshold']})")
     ax.set_xticks(range(len(layers)), layers, rotation=45, ha="right", fontsize="small")
-    ax.set_yscale("log")
-    ax.set_ylabel("federation sensitivity F_l")
+    ax.set_ylabel(f"F_l, {split['normalisation']}-normalised")
     ax.set_title(f"PLayer-FL sensitivity, seed {run.seed}")
     ax.legend(fontsize="small")
     fig.tight_layout()

@@ -8,7 +8,7 @@ from fl_contract.playerfl.layers import model_layers
 from server_app.aggregation import SiteUpdate, UpdateRejected
 from server_app.metrics import federation_summary, incentivisation
 from server_app.playerfl import aggregate_layers, check_curve, check_layers
-from server_app.report.table import bootstrap_median
+from server_app.report.table import median_spread
 
 LAYERS = model_layers(nn.Sequential(nn.Linear(1, 1), nn.Linear(1, 1)))
 GLOBAL = {"0.weight": np.zeros((1, 1), np.float32), "0.bias": np.zeros(1, np.float32),
@@ -71,9 +71,7 @@ def test_incentivisation_counts_sites_strictly_better_than_both_baselines():
     assert share == pytest.approx(1 / 3)
 
 
-def test_bootstrap_interval_brackets_the_median_and_collapses_for_one_value():
-    median, low, high = bootstrap_median([0.1, 0.2, 0.3, 0.4, 0.9])
-
-    assert (median, bootstrap_median([0.7])) == (0.3, (0.7, 0.7, 0.7))
-    assert 0.1 <= low <= median <= high <= 0.9
+def test_median_comes_with_the_lowest_and_highest_seed():
+    assert median_spread([0.4, 0.1, 0.9, 0.3, 0.2]) == (0.3, 0.1, 0.9)
+    assert median_spread([0.7]) == (0.7, 0.7, 0.7)
 

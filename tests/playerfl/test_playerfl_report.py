@@ -1,0 +1,47 @@
+"""The report's comparison over seeds: mean ranks as the paper defines them, rank-based tests, no incentivisation
+for the methods it compares against."""
+
+from pathlib import Path
+
+import pytest
+
+from server_app.metrics import federation_summary
+from server_app.report.ranks import markdown, rankings
+from server_app.report.runs import Run
+from server_app.report.table import method_table
+
+# per method, per seed: the macro-F1 of sites a and b (balanced accuracy the same)
+SCORES = {"local": [(0.5, 0.5), (0.6, 0.4), (0.5, 0.6)],
+          "fedavg": [(0.4, 0.4), (0.5, 0.5), (0.4, 0.4)],
+          "playerfl": [(0.6, 0.6), (0.7, 0.6), (0.6, 0.7)],
+          "fedbabu": [(0.3, 0.9), (0.4, 0.8), (0.7, 0.3)]}
+
+
+def _run(method: str, seed: int) -> Run:
+    a, b = SCORES[method][seed]
+    evaluation = {site: {"test_macro_f1": v, "test_balanced_accuracy": v, "num_train": 10} for site, v in (("a", a), ("b", b))}
+    return Run(method, seed, evaluation, federation_summary(evaluation), None, Path(f"{method}-{seed}"))
+
+
+RUNS = [_run(method, seed) for method in SCORES for seed in range(3)]
+
+
+def test_incentivisation_is_left_out_for_local_and_fedavg():
+    table = method_table(RUNS)
+
+    assert table["local"]["test_macro_f1_incentivisation"] is None
+    assert table["fedavg"]["test_macro_f1_incentivisation"] is None
+    assert table["playerfl"]["test_macro_f1_incentivisation"] == (1.0, 1.0, 1.0)
+    assert table["playerfl"]["test_macro_f1"] == pytest.approx((0.65, 0.6, 0.65))
+
+
+def test_mean_ranks_per_seed_and_the_tests_over_seeds():
+    f1, fairness, incentive = rankings(RUNS)
+
+    # seed 0: playerfl and fedbabu tie at 0.6 and share rank 1.5; seed 1: local and fedavg tie at 0.5 (3.5)
+    assert f1.mean_ranks == pytest.approx({"playerfl": 7 / 6, "fedbabu": 13 / 6, "local": 17 / 6, "fedavg": 23 / 6})
+    assert fairness.mean_ranks["fedbabu"] == 4.0  # its sites differ most at every seed
+    assert set(incentive.mean_ranks) == {"fedbabu", "playerfl"}
+    assert incentive.wilcoxon_p == {"fedbabu": pytest.approx(0.25)} and f1.seeds == [0, 1, 2]
+    assert f1.friedman_p is not None and 0 < f1.friedman_p < 0.1
+    assert "| local | 2.83 | " in markdown([f1, fairness, incentive])
