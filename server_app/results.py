@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 RESULTS_FILE = "results.json"
 GLOBAL_MODEL_FILE = "global_model.pt"
@@ -43,6 +42,8 @@ class RunRecorder:
         self._write()
 
     def save_model(self, params: Mapping[str, np.ndarray], file_name: str = GLOBAL_MODEL_FILE) -> Path:
+        import torch  # here, not at import: job specs read the file names above on the fast command line
+
         path = self.out_dir / file_name
         torch.save({k: torch.as_tensor(np.asarray(v)) for k, v in params.items()}, path)
         return path
