@@ -143,35 +143,19 @@ class LoopbackFederation:
             except psutil.NoSuchProcess:
                 pass
         _, alive = psutil.wait_procs(processes, timeout=grace)
-        for proc in alive:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(alive, timeout=5.0)
+        _kill(alive)
         participant.process.wait(timeout=5.0)
 
     def kill_participant(self, name: str) -> None:
         """Kill one participant and its job processes at once (SIGKILL, by PID), as a crash or power loss would."""
-        processes = self._process_tree(name)
-        for proc in processes:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(processes, timeout=10.0)
+        _kill(self._process_tree(name))
         self.participants[name].process.wait(timeout=10.0)
 
     def kill_job_processes(self, name: str) -> int:
         """Kill the job worker processes of one participant (SIGKILL), leaving its client or server up; returns how
         many were killed."""
         workers = [p for p in self._process_tree(name) if _is_job_worker(p)]
-        for proc in workers:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(workers, timeout=10.0)
+        _kill(workers)
         return len(workers)
 
     def __enter__(self) -> LoopbackFederation:
@@ -188,3 +172,13 @@ def _is_job_worker(process: psutil.Process) -> bool:
         return any(part.endswith(("worker_process", "runner_process")) for part in process.cmdline())
     except psutil.NoSuchProcess:
         return False
+
+
+def _kill(processes: list[psutil.Process]) -> None:
+    """SIGKILL each process (gone ones are skipped) and wait for them to end."""
+    for proc in processes:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(processes, timeout=10.0)

@@ -73,8 +73,9 @@ def test_class_outside_the_allow_list_is_refused(running_federation, fedavg_job_
     finally:
         session.close()
 
-    assert outcome.status == "FINISHED:ABNORMAL"
-    # FLARE records the reason only in each site's job log (documented in docs/admin-guide.md)
+    # every site's job process fails to start: each counts as a dead site for the job, which then ends (FLARE
+    # records the class only in each site's job log; documented in docs/admin-guide.md)
+    assert outcome.status in ("FINISHED:ABNORMAL", "FINISHED:EXECUTION_EXCEPTION")
     site_log = running_federation.federation.kit("site-1") / outcome.job_id / "log.txt"
     assert ("'nvflare.app_common.np.np_trainer.NPTrainer' at config path 'executors.#1.executor' is not in allow_list"
             in site_log.read_text())
