@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from nvflare.apis.fl_constant import FLContextKey
 from nvflare.apis.fl_context import FLContext
+from nvflare.apis.job_def import JobMetaKey
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel
 
@@ -92,7 +93,8 @@ def run_in_process(params: PLayerFLParams, sites: Mapping[str, Path], workspace:
     controller.get_app_dir = lambda: str(app_dir)
     controller.engine = _Engine(names, workspace)
     controller.fl_ctx = FLContext()
-    controller.fl_ctx.set_prop(FLContextKey.JOB_META, {"name": KIND.name_for(params)}, private=True, sticky=False)
+    controller.fl_ctx.set_prop(FLContextKey.JOB_META, {JobMetaKey.JOB_NAME.value: KIND.name_for(params)}, private=True,
+                               sticky=False)
     controller.abort_signal = Signal()
     controller.run()
     return app_dir / RESULTS_FILE

@@ -77,7 +77,7 @@ def rankings(runs: Sequence[Run]) -> list[Ranking]:
 
 
 def _p(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
+    return "—" if value is None else "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
 def markdown(ranked: Sequence[Ranking]) -> str:
