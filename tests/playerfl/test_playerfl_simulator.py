@@ -4,6 +4,7 @@ import json
 
 import pytest
 from support import JOB_FILES, read_exported_job
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from jobs.common import build_job, export
 from jobs.playerfl.compare import run_playerfl_demo
@@ -27,6 +28,7 @@ def test_exported_job_ships_no_code_and_keeps_every_parameter(tmp_path):
     assert server["args"] | expected_server_args == server["args"]
     assert client["path"] == "site_agent.tasks.playerfl.PLayerFLTask"
     assert client["args"] | {"method": "ditto", "ditto_lambda": 0.3, "image_size": 64} == client["args"]
+    assert set(KIND.site_classes) <= set(job.site_classes()) and set(KIND.server_classes) <= set(job.server_classes())
 
 
 @pytest.mark.simulator
@@ -47,7 +49,15 @@ def test_playerfl_fedavg_and_local_finish_and_the_report_has_every_metric(tmp_pa
     summary = json.loads((report.parent / "summary.json").read_text())
     for method in ("playerfl", "fedavg", "local"):
         row = summary["methods"][method]
-        assert all(row[k] is not None and 0.0 <= row[k][0] <= 1.0 for k in row if k != "seeds"), (method, row)
+        shown = [k for k in row if k != "seeds" and (method == "playerfl" or not k.endswith("incentivisation"))]
+        assert all(row[k] is not None and 0.0 <= row[k][0] <= 1.0 for k in shown), (method, row)
+        assert method == "playerfl" or row["test_macro_f1_incentivisation"] is None  # it compares against them
     assert "| playerfl | 1 |" in report.read_text()
     assert {p.name for p in report.parent.glob("*.png")} == {"sites_test_macro_f1.png", "sites_test_balanced_accuracy.png",
                                                               "sensitivity_seed0.png"}
+    for site in split["site_curves"]:  # TensorBoard, per site: each round's metrics, the final scores at num_rounds
+        events = EventAccumulator(str(tmp_path / "runs" / "playerfl-seed0" / "server" / "simulate_job" / "tb_events" / site))
+        events.Reload()
+        assert [e.step for e in events.Scalars("train_loss")] == [0, 1, 2], site
+        assert [e.step for e in events.Scalars("val_macro_f1")] == [1, 2, 3], site
+        assert [e.step for e in events.Scalars("test_macro_f1")] == [3], site
