@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import torch
+from nvflare.apis.event_type import EventType
 from nvflare.apis.executor import Executor
 from nvflare.apis.fl_constant import FLContextKey, ReturnCode
 from nvflare.apis.fl_context import FLContext
@@ -20,6 +21,7 @@ from nvflare.apis.shareable import Shareable, make_reply
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.decomposers import common_decomposers
+from nvflare.app_common.tracking.log_writer import LogWriter
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 from nvflare.fuel.utils import fobs
 
@@ -123,3 +125,26 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
 
     def task_train(self, model: FLModel, ctx: SiteContext) -> FLModel:
         raise NotImplementedError
+
+
+class TrackedTask(TaskExecutor):
+    """A site task that sends its metrics to TensorBoard through FLARE's experiment tracking when the job names a
+    writer component (`analytic_sender_id`; empty = no tracking); FLARE's receiver files them per site."""
+
+    def __init__(self, seed: int, analytic_sender_id: str):
+        super().__init__(seed=seed)
+        self.analytic_sender_id = analytic_sender_id
+        self._writer: LogWriter | None = None
+
+    def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
+        if event_type == EventType.START_RUN and self.analytic_sender_id:
+            self._writer = fl_ctx.get_engine().get_component(self.analytic_sender_id)
+            if self._writer is None:
+                self.system_panic(f"the job names tracking component {self.analytic_sender_id!r} but does not define it", fl_ctx)
+
+    def track(self, metrics: dict[str, float], step: int) -> None:
+        """Each metric to the job's writer at `step` (the round it describes)."""
+        if self._writer is None:
+            return
+        for tag, value in metrics.items():
+            self._writer.add_scalar(tag, value, global_step=step)

@@ -19,13 +19,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_constant import FLContextKey, FLMetaKey
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
-from nvflare.app_common.tracking.log_writer import LogWriter
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -38,7 +36,7 @@ from site_agent.playerfl.data import IsicImages, SiteSplits, class_weights, load
 from site_agent.playerfl.methods import MethodOptions, SiteMethod, site_method
 from site_agent.playerfl.state import SiteState, load_state, save_state, state_folder, state_path
 from site_agent.playerfl.training import LocalTrainer, LossFn, evaluate, focal_loss
-from site_agent.tasks.executor import SiteContext, TaskExecutor
+from site_agent.tasks.executor import SiteContext, TrackedTask
 
 FINETUNE_ROUND = -1  # the shuffling stream of the local steps before the final evaluation (FedBABU's fine-tuning)
 
@@ -54,7 +52,7 @@ class _Site:
     state_folder: Path
 
 
-class PLayerFLTask(TaskExecutor):
+class PLayerFLTask(TrackedTask):
     """PLayer-FL and its baselines at a site (ALGORITHMS.md for the hyper-parameters' reference values)."""
 
     def __init__(
@@ -79,7 +77,7 @@ class PLayerFLTask(TaskExecutor):
         analytic_sender_id: str,
         seed: int,
     ):
-        super().__init__(seed=seed)
+        super().__init__(seed=seed, analytic_sender_id=analytic_sender_id)
         options = MethodOptions(fedprox_mu, ditto_lambda, fedlp_keep, pfedme_lambda, pfedme_steps, finetune_epochs, seed)
         self._strategy: SiteMethod = site_method(method, options)
         # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
@@ -99,16 +97,9 @@ class PLayerFLTask(TaskExecutor):
         self.pfedme_lambda = pfedme_lambda
         self.pfedme_steps = pfedme_steps
         self.finetune_epochs = finetune_epochs
-        self.analytic_sender_id = analytic_sender_id
         self._job_id = "job"
         self._site: _Site | None = None
-        self._writer: LogWriter | None = None
 
-    def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
-        if event_type == EventType.START_RUN and self.analytic_sender_id:
-            self._writer = fl_ctx.get_engine().get_component(self.analytic_sender_id)
-            if self._writer is None:
-                self.system_panic(f"the job names tracking component {self.analytic_sender_id!r} but does not define it", fl_ctx)
 
     def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
         # the state is per job (jobs never see each other's state); a job the server resumed continues its first run's
@@ -137,7 +128,7 @@ class PLayerFLTask(TaskExecutor):
             meta[protocol.SENSITIVITY] = local.sensitivity.to_meta()
         state.model = net.state_dict()
         save_state(state, site.state_folder, round_number)
-        self._track(metrics, round_number)
+        self.track(metrics, round_number)
         shared = self.layers[: int(model.meta[protocol.SHARED_LAYERS])]
         upload = _layer_values(net, self._strategy.upload(shared, ctx.site_name, round_number))
         if not upload:  # Local, or FedLP dropping every layer: only the sample count and metrics leave the site
@@ -160,7 +151,7 @@ class PLayerFLTask(TaskExecutor):
         test = evaluate(chosen, site.test)
         metrics = {**metrics, "test_macro_f1": test["macro_f1"], "test_balanced_accuracy": test["balanced_accuracy"],
                    "best_round": best_round, "best_val_macro_f1": best_score}
-        self._track(metrics, final_round)
+        self.track(metrics, final_round)
         return FLModel(metrics=metrics, meta={FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(site.train)})
 
     # ---- steps -------------------------------------------------------------------------------------------------
@@ -192,13 +183,6 @@ class PLayerFLTask(TaskExecutor):
         state.offer_snapshot(deployed.state_dict(), scores["macro_f1"], round_number)
         return {"val_macro_f1": scores["macro_f1"], "val_balanced_accuracy": scores["balanced_accuracy"]}
 
-    def _track(self, metrics: dict[str, float], round_number: int) -> None:
-        """Each metric to the job's TensorBoard writer, at step = the round (0-based; the final evaluation at
-        num_rounds); FLARE's receiver files them per site."""
-        if self._writer is None:
-            return
-        for tag, value in metrics.items():
-            self._writer.add_scalar(tag, value, global_step=round_number)
 
     # ---- helpers -----------------------------------------------------------------------------------------------
 

@@ -18,11 +18,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_constant import FLMetaKey
-from nvflare.apis.fl_context import FLContext
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
-from nvflare.app_common.tracking.log_writer import LogWriter
 from torch import nn
 
 from fl_contract.labels import LABEL_MAPS
@@ -35,10 +32,10 @@ from site_agent.segmentation.data import SiteData, load_site_data
 from site_agent.segmentation.dp import noise_std, privatise_update
 from site_agent.segmentation.metrics import append_case_results, case_results_path, score_cases, site_summary
 from site_agent.segmentation.training import precision, train_epochs
-from site_agent.tasks.executor import SiteContext, TaskExecutor
+from site_agent.tasks.executor import SiteContext, TrackedTask
 
 
-class SegmentationTask(TaskExecutor):
+class SegmentationTask(TrackedTask):
     """SegResNet training at a site: sigmoid Dice loss, Adam, MONAI's BraTS augmentation, AMP on CUDA."""
 
     def __init__(
@@ -64,7 +61,7 @@ class SegmentationTask(TaskExecutor):
         analytic_sender_id: str,
         seed: int,
     ):
-        super().__init__(seed=seed)
+        super().__init__(seed=seed, analytic_sender_id=analytic_sender_id)
         self.model_args = model_args or {}
         self.dataset = dataset
         self.roi_size = list(roi_size)
@@ -82,15 +79,7 @@ class SegmentationTask(TaskExecutor):
         self.sw_overlap = sw_overlap
         self.dp_clip_norm = dp_clip_norm
         self.dp_noise_multiplier = dp_noise_multiplier
-        self.analytic_sender_id = analytic_sender_id
         self._data: dict[Path, SiteData] = {}
-        self._writer: LogWriter | None = None
-
-    def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
-        if event_type == EventType.START_RUN and self.analytic_sender_id:
-            self._writer = fl_ctx.get_engine().get_component(self.analytic_sender_id)
-            if self._writer is None:
-                self.system_panic(f"the job names tracking component {self.analytic_sender_id!r} but does not define it", fl_ctx)
 
     def task_train(self, model: FLModel, ctx: SiteContext) -> FLModel:
         with surface_data_errors():  # cases beyond cache_rate are read (and may fail) during the round
@@ -100,7 +89,7 @@ class SegmentationTask(TaskExecutor):
         with surface_data_errors():
             data = self.site_data(ctx)
             metrics = self.score(self.network(model.params, ctx.device), data, VAL, ctx, model, "validate")
-        self.track(metrics, model.current_round)
+        self.track(metrics, int(model.current_round or 0))  # step: rounds aggregated into the model scored
         return FLModel(metrics=metrics)
 
     def task_test(self, model: FLModel, ctx: SiteContext) -> FLModel:
@@ -108,7 +97,7 @@ class SegmentationTask(TaskExecutor):
         with surface_data_errors():
             data = self.site_data(ctx)
             metrics = self.score(self.network(model.params, ctx.device), data, TEST, ctx, model, "test")
-        self.track(metrics, model.current_round)
+        self.track(metrics, int(model.current_round or 0))  # step: rounds aggregated into the model scored
         return FLModel(metrics=metrics)
 
     def train(self, model: FLModel, ctx: SiteContext) -> FLModel:
@@ -129,7 +118,7 @@ class SegmentationTask(TaskExecutor):
             metrics[DP_NOISE_STD] = noise_std(self.dp_clip_norm, self.dp_noise_multiplier)
             if self.dp_noise_multiplier > 0:  # clipping alone gives no guarantee to report
                 metrics[DP_EPSILON] = client_dp_epsilon(self.dp_noise_multiplier, int(model.current_round or 0) + 1)
-        self.track(metrics, model.current_round)
+        self.track(metrics, int(model.current_round or 0))  # step: rounds aggregated into the model scored
         return FLModel(params=params, params_type=ParamsType.FULL, metrics=metrics,
                        meta={FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(data.split.train)})
 
@@ -155,10 +144,3 @@ class SegmentationTask(TaskExecutor):
         append_case_results(case_results_path(ctx.workspace_dir, ctx.job_id), scores, int(model.current_round or 0),
                             task, split)
         return site_summary(scores, split)
-
-    def track(self, metrics: dict[str, float], round_index: int | None) -> None:
-        """Send each metric to the job's TensorBoard writer (step = rounds aggregated into the model scored)."""
-        if self._writer is None:
-            return
-        for tag, value in metrics.items():
-            self._writer.add_scalar(tag, value, global_step=int(round_index or 0))
