@@ -8,6 +8,10 @@ the site. Two conventions for a region that is empty in the reference or the pre
 - MONAI / NVIDIA FLARE's examples (suffix `_ignore_empty`, MONAI's `ignore_empty=True`): Dice is NaN when the
   reference is empty, HD95 NaN when either is; NaN cases are left out of the mean, and a key whose every case is
   NaN is not sent.
+
+Lesion-wise Dice and HD95 (keys `*_lesion_dice_*`, `*_lesion_hd95_*`; BraTS 2023 onwards, which ranks on them) score
+each reference lesion on its own and every predicted lesion that touches none as a false positive; they have one
+convention only, the BraTS evaluator's (site_agent.segmentation.metrics.lesion_wise).
 """
 
 from collections.abc import Sequence
@@ -18,12 +22,22 @@ MODEL = "segresnet"
 VAL, TEST = "val", "test"
 """Splits a site scores: validation (model selection, every round) and test (the final report, once)."""
 DICE, HD95 = "dice", "hd95"
+LESION_DICE, LESION_HD95 = "lesion_dice", "lesion_hd95"
+"""Lesion-wise Dice and HD95 (mm) per region, the BraTS 2023 evaluator's definition."""
 IGNORE_EMPTY = "ignore_empty"
 """Key suffix of the MONAI / FLARE convention (empty reference: NaN, left out of the mean)."""
 MEAN = "mean"
 BRATS_WORST_HD95_MM = 373.13
 """HD95 the BraTS evaluation gives a region present in only one of reference and prediction: the diagonal of the
 240 x 240 x 155 mm BraTS volume, sqrt(240^2 + 240^2 + 155^2)."""
+BRATS_LESION_WORST_HD95_MM = 374.0
+"""HD95 the BraTS 2023 lesion-wise evaluator gives a missed or false-positive lesion (and any infinite distance)."""
+LESION_DILATION_VOXELS = 3
+"""Reference lesions whose dilations by this many voxels (18-neighbourhood steps) touch count as one lesion, and a
+predicted lesion inside a reference lesion's dilation matches it: BraTS 2023's value for gliomas (BraTS-GLI)."""
+LESION_MIN_VOLUME_MM3 = 50.0
+"""Reference lesions of at most this volume are left out of the lesion-wise means (BraTS-GLI 2023's threshold);
+predicted lesions that touch them are not false positives."""
 
 
 def metric_key(split: str, metric: str, region: str, ignore_empty: bool = False) -> str:
@@ -38,7 +52,7 @@ def cases_key(split: str, region: str | None = None) -> str:
 
 def split_metric_keys(split: str) -> tuple[str, ...]:
     """Every key a site may send about one split (the `_ignore_empty` ones only when some case defines them)."""
-    keys = [metric_key(split, m, r) for m in (DICE, HD95) for r in (*REGIONS, MEAN)]
+    keys = [metric_key(split, m, r) for m in (DICE, HD95, LESION_DICE, LESION_HD95) for r in (*REGIONS, MEAN)]
     keys += [metric_key(split, m, r, ignore_empty=True) for m in (DICE, HD95) for r in REGIONS]
     return (*keys, cases_key(split), *(cases_key(split, r) for r in REGIONS))
 

@@ -1,10 +1,12 @@
-"""Scoring a site's cases as the BraTS evaluation does: label maps, Dice and HD95 per region, both empty-region
-conventions (fl_contract.segmentation), one row per case kept at the site and per-site means sent.
+"""Scoring a site's cases as the BraTS evaluation does: label maps, legacy and lesion-wise Dice and HD95 per
+region, both empty-region conventions for the legacy ones (fl_contract.segmentation), one row per case kept at the
+site and per-site means sent.
 
 Dice and HD95 are MONAI's (`DiceMetric`, `HausdorffDistanceMetric(percentile=95)`, distances in mm from the
 case's voxel spacing). MONAI gives NaN for empty regions (its convention, sent as `*_ignore_empty`); the BraTS
-values replace those NaNs by the challenge's rules. Lesion-wise scores (BraTS 2023+) are not computed: the
-official evaluator (`brats-evaluation` on `panoptica`) needs numpy < 2.3, and MONAI has no lesion-wise metric.
+values replace those NaNs by the challenge's rules. Lesion-wise scores (`lesion_wise`) follow the BraTS 2023
+evaluator's definition on scipy's connected components and MONAI's distances: the evaluator itself
+(`brats-evaluation` on `panoptica`) needs numpy < 2.3.
 """
 
 from __future__ import annotations
@@ -21,15 +23,21 @@ import numpy as np
 import torch
 from monai.data import DataLoader, decollate_batch
 from monai.data.utils import affine_to_spacing
-from monai.metrics import DiceMetric, HausdorffDistanceMetric
+from monai.metrics import DiceMetric, HausdorffDistanceMetric, compute_hausdorff_distance
+from scipy import ndimage
 from torch import nn
 
 from fl_contract.labels import REGIONS, LabelMap
 from fl_contract.segmentation import (
+    BRATS_LESION_WORST_HD95_MM,
     BRATS_WORST_HD95_MM,
     DICE,
     HD95,
     IGNORE_EMPTY,
+    LESION_DICE,
+    LESION_DILATION_VOXELS,
+    LESION_HD95,
+    LESION_MIN_VOLUME_MM3,
     MEAN,
     cases_key,
     metric_key,
@@ -37,6 +45,7 @@ from fl_contract.segmentation import (
 from site_agent.segmentation.predict import label_map_from_regions, region_logits, regions_from_label_map, regions_from_logits
 
 REFERENCE_VOXELS, PREDICTED_VOXELS = "reference_voxels", "predicted_voxels"
+LESIONS_FOUND, LESIONS_MISSED, FALSE_POSITIVE_LESIONS = "lesions_found", "lesions_missed", "false_positive_lesions"
 CASE_RESULTS_FILE = "case_results.csv"
 """One row per case, split and model round, in `<site workspace>/segmentation/<job id>/`: never sent."""
 ROW_KEYS = ("model_round", "task", "split", "case_id")
@@ -54,8 +63,81 @@ def column(region: str, metric: str, ignore_empty: bool = False) -> str:
     return f"{region.lower()}_{metric}" + (f"_{IGNORE_EMPTY}" if ignore_empty else "")
 
 
+@dataclass(frozen=True)
+class LesionScore:
+    """One region's lesion-wise Dice and HD95 (mm) and its lesion counts (reference lesions above the volume
+    threshold found and missed; predicted lesions touching no reference lesion)."""
+
+    dice: float
+    hd95: float
+    found: int
+    missed: int
+    false_positives: int
+
+
+_CONNECTIVITY_26 = np.ones((3, 3, 3), dtype=bool)
+_DILATION_18 = ndimage.generate_binary_structure(3, 2)
+
+
+def _dilate(mask: np.ndarray, voxels: int) -> np.ndarray:
+    """`voxels` steps of 18-neighbourhood dilation (scipy's iterations=0 would dilate until nothing changes)."""
+    return ndimage.binary_dilation(mask, structure=_DILATION_18, iterations=voxels) if voxels else mask
+
+
+def _hd95(predicted: np.ndarray, reference: np.ndarray, spacing: Sequence[float]) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hd = compute_hausdorff_distance(torch.from_numpy(predicted)[None, None], torch.from_numpy(reference)[None, None],
+                                        include_background=True, percentile=95, spacing=[float(s) for s in spacing])
+    value = float(hd[0, 0])
+    return value if math.isfinite(value) else BRATS_LESION_WORST_HD95_MM
+
+
+def lesion_wise(predicted: np.ndarray, reference: np.ndarray, spacing: Sequence[float],
+                dilation_voxels: int = LESION_DILATION_VOXELS,
+                min_volume_mm3: float = LESION_MIN_VOLUME_MM3) -> LesionScore:
+    """Lesion-wise Dice and HD95 of one region's boolean masks, as the BraTS 2023 evaluator defines them.
+
+    Lesions are 26-connected components. Reference lesions whose `dilation_voxels` dilations touch are one lesion
+    (so satellites of a tumour are not scored as lesions of their own); each is compared with the union of the
+    predicted lesions that reach into its dilation (Dice against the undilated lesion; a missed lesion scores Dice 0
+    and HD95 374 mm). Reference lesions of at most `min_volume_mm3` are left out; each predicted lesion that touches
+    no reference lesion is a false positive scoring 0 and 374 mm. The score is the mean over the kept reference
+    lesions and the false positives; with neither it is Dice 1, HD95 0.
+    """
+    predicted, reference = np.asarray(predicted, dtype=bool), np.asarray(reference, dtype=bool)
+    voxel_mm3 = float(np.prod(spacing))
+    lesions, n_lesions = ndimage.label(_dilate(reference, dilation_voxels), structure=_CONNECTIVITY_26)
+    lesions[~reference] = 0  # each reference voxel takes the id of its dilated group
+    components, _ = ndimage.label(predicted, structure=_CONNECTIVITY_26)
+    touched: set[int] = set()
+    dice, hd95, missed = [], [], 0
+    for lesion_id in range(1, n_lesions + 1):
+        lesion = lesions == lesion_id
+        hits = np.unique(components[_dilate(lesion, dilation_voxels)])
+        hits = hits[hits != 0]
+        touched.update(hits.tolist())
+        if lesion.sum() * voxel_mm3 <= min_volume_mm3:
+            continue
+        if not hits.size:
+            dice.append(0.0)
+            hd95.append(BRATS_LESION_WORST_HD95_MM)
+            missed += 1
+            continue
+        matched = np.isin(components, hits)
+        dice.append(2.0 * float((lesion & matched).sum()) / float(lesion.sum() + matched.sum()))
+        hd95.append(_hd95(matched, lesion, spacing))
+    false_positives = len(set(np.unique(components).tolist()) - touched - {0})
+    scored = len(dice) + false_positives
+    if not scored:
+        return LesionScore(1.0, 0.0, 0, 0, 0)
+    return LesionScore(sum(dice) / scored, (sum(hd95) + false_positives * BRATS_LESION_WORST_HD95_MM) / scored,
+                       len(dice) - missed, missed, false_positives)
+
+
 def score_case(case_id: str, predicted: torch.Tensor, reference: torch.Tensor, spacing: Sequence[float]) -> CaseScore:
-    """Dice and HD95 of (3, X, Y, Z) TC/WT/ET masks against the reference's, in both conventions."""
+    """Legacy Dice and HD95 of (3, X, Y, Z) TC/WT/ET masks against the reference's, in both conventions, and the
+    lesion-wise ones."""
     y_pred, y = predicted.float()[None].cpu(), reference.float()[None].cpu()
     dice_brats = DiceMetric(include_background=True, reduction="none", ignore_empty=False)(y_pred, y)[0]
     dice_monai = DiceMetric(include_background=True, reduction="none", ignore_empty=True)(y_pred, y)[0]
@@ -71,24 +153,30 @@ def score_case(case_id: str, predicted: torch.Tensor, reference: torch.Tensor, s
             hd_brats = hd_monai
         else:
             hd_brats = 0.0 if not (in_reference or in_prediction) else BRATS_WORST_HD95_MM
+        lesions = lesion_wise(y_pred[0, i].bool().numpy(), y[0, i].bool().numpy(), spacing)
         values |= {column(region, DICE): float(dice_brats[i]), column(region, DICE, True): float(dice_monai[i]),
                    column(region, HD95): hd_brats, column(region, HD95, True): hd_monai,
+                   column(region, LESION_DICE): lesions.dice, column(region, LESION_HD95): lesions.hd95,
+                   column(region, LESIONS_FOUND): float(lesions.found),
+                   column(region, LESIONS_MISSED): float(lesions.missed),
+                   column(region, FALSE_POSITIVE_LESIONS): float(lesions.false_positives),
                    column(region, REFERENCE_VOXELS): float(in_reference),
                    column(region, PREDICTED_VOXELS): float(in_prediction)}
     return CaseScore(case_id, values)
 
 
 def site_summary(scores: Sequence[CaseScore], split: str) -> dict[str, float]:
-    """What the site sends about `split`: per-region means in both conventions, their region means (BraTS only),
-    the number of cases and, per region, how many references hold it. The `_ignore_empty` means skip NaN cases;
-    a region NaN in every case is left out."""
+    """What the site sends about `split`: per-region means in both conventions and lesion-wise, their region means
+    (BraTS only), the number of cases and, per region, how many references hold it. The `_ignore_empty` means skip
+    NaN cases; a region NaN in every case is left out."""
     if not scores:
         raise ValueError(f"no {split} cases to summarise")
     summary: dict[str, float] = {}
-    for metric in (DICE, HD95):
+    for metric in (DICE, HD95, LESION_DICE, LESION_HD95):
         per_region = [float(np.mean([s.values[column(r, metric)] for s in scores])) for r in REGIONS]
         summary |= {metric_key(split, metric, r): v for r, v in zip(REGIONS, per_region)}
         summary[metric_key(split, metric, MEAN)] = float(np.mean(per_region))
+    for metric in (DICE, HD95):
         for region in REGIONS:
             defined = [v for s in scores if not math.isnan(v := s.values[column(region, metric, True)])]
             if defined:
@@ -115,8 +203,9 @@ def score_cases(net: nn.Module, loader: DataLoader, roi_size: Sequence[int], dev
 
 def case_columns() -> list[str]:
     """The columns of `CaseScore.values`, in the per-case file's order."""
-    metrics = [(DICE, False), (DICE, True), (HD95, False), (HD95, True), (REFERENCE_VOXELS, False),
-               (PREDICTED_VOXELS, False)]
+    metrics = [(DICE, False), (DICE, True), (HD95, False), (HD95, True), (LESION_DICE, False), (LESION_HD95, False),
+               (LESIONS_FOUND, False), (LESIONS_MISSED, False), (FALSE_POSITIVE_LESIONS, False),
+               (REFERENCE_VOXELS, False), (PREDICTED_VOXELS, False)]
     return [column(r, m, ie) for r in REGIONS for m, ie in metrics]
 
 
