@@ -1,21 +1,28 @@
 """The site's own configuration, written by site IT into the startup kit: `<kit>/local/site_agent.json`.
 
 Jobs never carry paths to patient data: a job names a dataset key (e.g. "linear", "brats") and the site maps
-it to a local folder here (format and checks: `fl_contract.local_config`).
+it to a local folder here (format and checks: `fl_contract.local_config`). How this machine computes is the site's
+choice too, never the job's: a job cannot know a hospital's GPU, cores or memory.
 
-    {"datasets": {"linear": "/data/fl/linear"}, "device": "auto"}
+    {"datasets": {"linear": "/data/fl/linear"}, "device": "auto",
+     "loader_workers": 0, "data_cache": "memory", "encode_batch_size": null}
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any, Literal
 
-from fl_contract.local_config import DEVICES, read_folder_map, resolve_folder, write_folder_map
+from fl_contract.local_config import DEVICES, read_local_config, resolve_folder, write_folder_map
 
 CONFIG_FILE = "site_agent.json"
 EXAMPLE = '{"datasets": {"linear": "/path/to/data"}, "device": "auto"}'
+
+
+DataCache = Literal["memory", "disk"]
+DATA_CACHES = ("memory", "disk")
 
 
 class SiteConfigError(ValueError):
@@ -23,16 +30,51 @@ class SiteConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class ComputeSettings:
+    """How this site feeds its device; the defaults are the agent's CPU behaviour.
+
+    `loader_workers`: worker processes that read and augment training batches (0: in the training process);
+    on a GPU the loader also prepares the next batch in a thread while the GPU trains on this one.
+    `data_cache`: where decoded, normalised volumes are kept after their first read: "memory" (RAM, the job's
+    `cache_rate` of the cases) or "disk" (the site's workspace, every case, kept across rounds and jobs; for
+    sites whose cases do not fit in RAM). Either way no epoch after the first reads DICOM or NIfTI again.
+    `encode_batch_size`: FedKT-CSD's encoding batch; None: the device's default (site_agent.fedkt.stats).
+    """
+
+    loader_workers: int = 0
+    data_cache: DataCache = "memory"
+    encode_batch_size: int | None = None
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any], path: Path) -> ComputeSettings:
+        """The settings present in `raw` (defaults for the rest), each checked, naming the file and the fix."""
+        settings = cls(**raw)
+        workers, batch = settings.loader_workers, settings.encode_batch_size
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+            raise SiteConfigError(f'{path}: "loader_workers" is {workers!r}; use 0 (no worker processes) or more')
+        if settings.data_cache not in DATA_CACHES:
+            raise SiteConfigError(f'{path}: "data_cache" is {settings.data_cache!r}; use one of {list(DATA_CACHES)}')
+        if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
+            raise SiteConfigError(f'{path}: "encode_batch_size" is {batch!r}; use a positive integer or null')
+        return settings
+
+
+COMPUTE_FIELDS = tuple(f.name for f in fields(ComputeSettings))
+
+
+@dataclass(frozen=True)
 class SiteConfig:
     path: Path
     datasets: dict[str, str] = field(default_factory=dict)
     device: str = "auto"
+    compute: ComputeSettings = ComputeSettings()
 
     @classmethod
     def load(cls, path: Path) -> SiteConfig:
         path = Path(path)
-        datasets, device = read_folder_map(path, "datasets", EXAMPLE, "docs/site-it-guide.md", SiteConfigError)
-        return cls(path=path, datasets=datasets, device=device)
+        datasets, device, settings = read_local_config(path, "datasets", EXAMPLE, "docs/site-it-guide.md",
+                                                       SiteConfigError, COMPUTE_FIELDS)
+        return cls(path=path, datasets=datasets, device=device, compute=ComputeSettings.parse(settings, path))
 
     @classmethod
     def for_kit(cls, kit_dir: Path) -> SiteConfig:
@@ -43,9 +85,11 @@ class SiteConfig:
         return resolve_folder(self.path, self.datasets, "dataset", dataset, SiteConfigError, site_name)
 
 
-def write_site_config(kit_dir: Path, datasets: dict[str, str], device: str = "auto") -> Path:
+def write_site_config(kit_dir: Path, datasets: dict[str, str], device: str = "auto",
+                      compute: ComputeSettings = ComputeSettings()) -> Path:
     """Write `<kit>/local/site_agent.json` (what `site-agent configure` does for site IT)."""
-    return write_folder_map(Path(kit_dir) / "local" / CONFIG_FILE, "datasets", datasets, device, SiteConfigError)
+    return write_folder_map(Path(kit_dir) / "local" / CONFIG_FILE, "datasets", datasets, device, SiteConfigError,
+                            asdict(compute))
 
 
 def _configure(args: argparse.Namespace) -> int:
@@ -58,7 +102,10 @@ def _configure(args: argparse.Namespace) -> int:
             raise SiteConfigError(f"--data {item!r}: expected KEY=FOLDER, e.g. --data brats=/data/brats")
         datasets[key] = str(Path(folder).expanduser().resolve())
     device = args.device or (current.device if current else "auto")
-    print(f"wrote {write_site_config(Path(args.kit), datasets, device)}")
+    compute = current.compute if current else ComputeSettings()
+    changes = {name: getattr(args, name) for name in COMPUTE_FIELDS if getattr(args, name) is not None}
+    compute = ComputeSettings.parse({**asdict(compute), **changes}, path)
+    print(f"wrote {write_site_config(Path(args.kit), datasets, device, compute)}")
     return 0
 
 
@@ -68,4 +115,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--data", action="append", default=[], metavar="KEY=FOLDER",
                         help="dataset key and local folder (repeatable)")
     parser.add_argument("--device", choices=DEVICES, help="auto (GPU when present), cpu or cuda")
+    parser.add_argument("--loader-workers", dest="loader_workers", type=int,
+                        help="worker processes preparing training batches (default 0; on a GPU server e.g. 4-8)")
+    parser.add_argument("--data-cache", dest="data_cache", choices=DATA_CACHES,
+                        help="keep decoded cases in memory (default) or on disk in the site's workspace")
+    parser.add_argument("--encode-batch-size", dest="encode_batch_size", type=int,
+                        help="FedKT-CSD encoding batch (default: 32 on the CPU, 256 on a GPU)")
     parser.set_defaults(func=_configure)

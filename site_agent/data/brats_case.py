@@ -11,6 +11,7 @@ recipes train on. Grids are checked against the reference modality; the label is
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from monai.transforms.utility.dictionary import CastToTyped, ConvertToMultiChann
 from fl_contract.labels import BRATS_2021, LABEL_MAPS, REGIONS, LabelMap
 from site_agent.data.dicom_series import DicomSeriesReader
 from site_agent.data.nifti import NIFTI_SUFFIXES, NiftiReader
-from site_agent.data.pipeline import SiteCacheDataset
+from site_agent.data.pipeline import SiteCacheDataset, SitePersistentDataset
 from site_agent.data.reader import DataError, Image, ImageReader
 
 MODALITIES = ("t1", "t1ce", "t2", "flair")
@@ -298,17 +299,32 @@ def brats_dataset(
     grid: GridPolicy = "refuse",
     extra: Sequence[Callable[..., Any]] = (),
     cache_rate: float = 1.0,
-) -> SiteCacheDataset:
+    cache_dir: Path | None = None,
+) -> SiteCacheDataset | SitePersistentDataset:
     """A MONAI dataset of {"case_id", "image": (4, X, Y, Z), "label": (3, X, Y, Z)} dicts.
 
     Reading and decoding DICOM dominates an epoch, so the deterministic prefix (everything up to the first
-    random transform in `extra`) is cached in memory for `cache_rate` of the cases (0 disables caching). A bad
-    case raises its `DataError`, here while caching or later when an uncached case is read.
+    random transform in `extra`) is cached: in memory for `cache_rate` of the cases (0 disables caching), or, with
+    `cache_dir`, on disk for every case (one file per case, named by a hash of its record, which carries the size
+    and modification time of every source file, so a re-exported case is read again). Either way the cache is
+    filled here, so a bad case raises its `DataError` here (or, beyond `cache_rate`, when a loader reaches it).
+    `cache_dir` must be specific to the transforms: MONAI's file names hash the record, not the transforms.
     """
-    return SiteCacheDataset(
-        [case.record() for case in cases],
-        transform=brats_transforms(label_map, grid, extra),
-        cache_rate=cache_rate,
-        num_workers=None,
-        progress=False,
-    )
+    transform = brats_transforms(label_map, grid, extra)
+    if cache_dir is None:
+        return SiteCacheDataset([case.record() for case in cases], transform=transform, cache_rate=cache_rate,
+                                num_workers=None, progress=False)
+    Path(cache_dir).mkdir(mode=0o700, parents=True, exist_ok=True)  # decoded patient volumes: the service account only
+    records = [{**case.record(), "source_stamp": source_stamp(case)} for case in cases]
+    dataset = SitePersistentDataset(records, transform=transform, cache_dir=cache_dir, track_meta=True)
+    dataset.fill()
+    return dataset
+
+
+def source_stamp(case: BratsCase) -> str:
+    """Name, size and modification time of every file of `case` (series folders listed): changes when any does."""
+    files = []
+    for source in (*case.images, *(() if case.label is None else (case.label,))):
+        files += sorted(p for p in Path(source).iterdir() if p.is_file()) if Path(source).is_dir() else [Path(source)]
+    stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    return hashlib.sha256(json.dumps(stats).encode()).hexdigest()

@@ -6,16 +6,22 @@ selected model, once, for the final report, so that report is not biased by the 
 Training follows MONAI's BraTS recipe: optionally RAS orientation and 1 mm voxels, per-channel z-score
 normalisation over brain voxels (cached with the decoded volumes), then a random ROI crop, flips on each axis and
 intensity scale/shift jitter. Validation sees whole normalised volumes (inference is sliding-window).
+
+The deterministic transforms run once per case and are cached (in memory, or on disk in the site's workspace: the
+site's `data_cache`), so only the random ones run each epoch, in the site's `loader_workers` worker processes; on
+a GPU a thread prepares the next batch while the GPU trains on this one (MONAI's `ThreadDataLoader`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from monai.data.dataloader import DataLoader
+from monai.data.thread_buffer import ThreadDataLoader
 from monai.transforms.croppad.dictionary import RandSpatialCropd, SpatialPadd
 from monai.transforms.intensity.dictionary import NormalizeIntensityd, RandScaleIntensityd, RandShiftIntensityd
 from monai.transforms.spatial.dictionary import Orientationd, RandFlipd, Spacingd
@@ -23,8 +29,9 @@ from monai.transforms.transform import MapTransform
 
 from fl_contract.labels import LABEL_MAPS
 from fl_contract.segmentation import TEST, VAL
+from fl_contract.version import AGENT_VERSION
 from site_agent.data.brats_case import BratsCase, GridPolicy, brats_dataset, discover_cases
-from site_agent.data.pipeline import SiteCacheDataset
+from site_agent.data.pipeline import SiteCacheDataset, SitePersistentDataset
 from site_agent.data.split import split_records
 
 KEYS = ("image", "label")
@@ -73,15 +80,20 @@ class SiteData:
     """The site's cached datasets; built once per job, reused every round."""
 
     split: SiteSplit
-    train: SiteCacheDataset
-    val: SiteCacheDataset
-    test: SiteCacheDataset
+    train: SiteCacheDataset | SitePersistentDataset
+    val: SiteCacheDataset | SitePersistentDataset
+    test: SiteCacheDataset | SitePersistentDataset
 
-    def train_loader(self, batch_size: int, seed: int) -> DataLoader:
-        """Shuffled batches whose order and augmentation depend only on `seed`."""
+    def train_loader(self, batch_size: int, seed: int, workers: int = 0, prefetch: bool = False) -> DataLoader:
+        """Shuffled batches whose order and augmentation depend only on `seed` (and, with `workers` > 0, on the
+        worker count: MONAI seeds each worker's transforms from the loader's generator). `prefetch`: prepare the
+        next batch in a thread, in pinned memory, while the caller trains on this one (for a GPU)."""
         self.train.transform.set_random_state(seed=seed)
         generator = torch.Generator().manual_seed(seed)
-        return DataLoader(self.train, batch_size=batch_size, shuffle=True, num_workers=0, generator=generator)
+        if prefetch:
+            return ThreadDataLoader(self.train, batch_size=batch_size, shuffle=True, num_workers=workers,
+                                    generator=generator, pin_memory=torch.cuda.is_available())
+        return DataLoader(self.train, batch_size=batch_size, shuffle=True, num_workers=workers, generator=generator)
 
     def eval_loader(self, split: str) -> DataLoader:
         """Whole normalised volumes of the validation or test cases, in folder order."""
@@ -100,9 +112,13 @@ def load_site_data(
     seed: int = 0,
     test_fraction: float = 0.0,
     resample_ras_1mm: bool = False,
+    cache_dir: Path | None = None,
 ) -> SiteData:
-    """Discover, split and (for `cache_rate` of the cases) read and validate the site's cases up front; a bad case
-    raises its `DataError`, here or (beyond `cache_rate`) when a loader reaches it."""
+    """Discover, split and (for `cache_rate` of the cases, or with `cache_dir` all of them) read and validate the
+    site's cases up front; a bad case raises its `DataError`, here or (beyond `cache_rate`) when a loader reaches it.
+
+    `cache_dir`: keep the decoded, normalised cases on disk there instead of in memory (a sub-folder per agent
+    version and transform settings, so a job with other settings never reads another's cache)."""
     if label_map not in LABEL_MAPS:
         raise ValueError(f"label_map={label_map!r}: use one of {sorted(LABEL_MAPS)}")
     if not (0.0 < val_fraction < 1.0 and 0.0 <= test_fraction < 1.0 and val_fraction + test_fraction < 1.0):
@@ -112,6 +128,10 @@ def load_site_data(
     split = SiteSplit(**split_records(discover_cases(Path(folder)), fractions, seed, folder))
     labels = LABEL_MAPS[label_map]
     prepare = [*(ras_1mm() if resample_ras_1mm else []), normalise()]
-    train = brats_dataset(split.train, labels, grid, [*prepare, *train_augmentation(roi_size)], cache_rate)
-    val, test = (brats_dataset(cases, labels, grid, prepare, cache_rate) for cases in (split.val, split.test))
+    recipe = hashlib.sha256(repr((AGENT_VERSION, label_map, grid, resample_ras_1mm, list(roi_size))).encode()).hexdigest()
+    if cache_dir is not None:
+        Path(cache_dir).mkdir(mode=0o700, parents=True, exist_ok=True)  # decoded patient volumes: the service account's
+    train_dir, eval_dir = (None, None) if cache_dir is None else (Path(cache_dir) / recipe[:16] / p for p in ("train", "eval"))
+    train = brats_dataset(split.train, labels, grid, [*prepare, *train_augmentation(roi_size)], cache_rate, train_dir)
+    val, test = (brats_dataset(cases, labels, grid, prepare, cache_rate, eval_dir) for cases in (split.val, split.test))
     return SiteData(split, train, val, test)

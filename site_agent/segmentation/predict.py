@@ -18,7 +18,7 @@ from monai.transforms.utility.array import ConvertToMultiChannelBasedOnBratsClas
 from torch import nn
 
 from fl_contract.labels import REGIONS, LabelMap
-from site_agent.segmentation.training import autocast
+from fl_contract.precision import select_precision
 
 _TC, _WT, _ET = (REGIONS.index(r) for r in ("TC", "WT", "ET"))
 
@@ -26,7 +26,7 @@ _TC, _WT, _ET = (REGIONS.index(r) for r in ("TC", "WT", "ET"))
 def region_logits(net: nn.Module, image: torch.Tensor, roi_size: list[int], device: torch.device,
                   sw_batch_size: int = 1, overlap: float = 0.5) -> torch.Tensor:
     """(N, 3, X, Y, Z) float32 logits of whole volumes, tiled by `roi_size` windows (MONAI's sliding window)."""
-    with torch.no_grad(), autocast(device):
+    with torch.no_grad(), select_precision(device).autocast():
         logits = sliding_window_inference(image.to(device), roi_size, sw_batch_size, net, overlap=overlap)
     if not isinstance(logits, torch.Tensor):  # MONAI passes through a network's tuple or dict output
         raise TypeError(f"the segmentation network returned {type(logits).__name__}, not a tensor of logits")

@@ -8,6 +8,10 @@ received model; the `test` task scores the model the server selected on the site
 stay at the site, in `<workspace>/segmentation/<job id>/case_results.csv`; only per-site means and counts are
 sent. Metrics also go to TensorBoard through FLARE's experiment tracking when the job names a writer. What leaves
 the site is listed in docs/segmentation.md.
+
+How the site feeds its device is the site's setting (`site_agent.site_config.ComputeSettings`: loader workers,
+cases cached in memory or on disk), never the job's; on a GPU the first training task checks the job's batch size
+and ROI against the GPU's free memory before reading a case.
 """
 
 from __future__ import annotations
@@ -22,16 +26,18 @@ from nvflare.apis.fl_constant import FLMetaKey
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from torch import nn
 
-from fl_contract.labels import LABEL_MAPS
+from fl_contract.labels import LABEL_MAPS, REGIONS
 from fl_contract.models import build_model, load_numpy_params, state_dict_to_numpy
+from fl_contract.precision import select_precision
 from fl_contract.segmentation import DP_EPSILON, DP_NOISE_STD, MODEL, TEST, TRAIN_LOSS, VAL
 from site_agent.accounting import client_dp_epsilon
 from site_agent.data.brats_case import GridPolicy
 from site_agent.data.pipeline import surface_data_errors
 from site_agent.segmentation.data import SiteData, load_site_data
 from site_agent.segmentation.dp import noise_std, privatise_update
+from site_agent.segmentation.memory import GIB, check_training_memory, estimate_training_memory
 from site_agent.segmentation.metrics import append_case_results, case_results_path, score_cases, site_summary
-from site_agent.segmentation.training import precision, train_epochs
+from site_agent.segmentation.training import train_epochs
 from site_agent.tasks.executor import SiteContext, TrackedTask
 
 
@@ -80,6 +86,7 @@ class SegmentationTask(TrackedTask):
         self.dp_clip_norm = dp_clip_norm
         self.dp_noise_multiplier = dp_noise_multiplier
         self._data: dict[Path, SiteData] = {}
+        self._memory_checked = False
 
     def task_train(self, model: FLModel, ctx: SiteContext) -> FLModel:
         with surface_data_errors():  # cases beyond cache_rate are read (and may fail) during the round
@@ -102,13 +109,17 @@ class SegmentationTask(TrackedTask):
 
     def train(self, model: FLModel, ctx: SiteContext) -> FLModel:
         """Score the received model, train it locally, privatise the update when DP is on."""
+        self.check_gpu_memory(ctx.device)
         data = self.site_data(ctx)
         net = self.network(model.params, ctx.device)
         metrics = self.score(net, data, VAL, ctx, model, "train")
-        self.logger.info(f"training on {ctx.device} with {precision(ctx.device)}: {len(data.split.train)} cases, "
-                         f"{self.local_epochs} epoch(s), ROI {self.roi_size}")
+        workers = ctx.config.compute.loader_workers
+        self.logger.info(f"training on {ctx.device} with {select_precision(ctx.device).describe()}: "
+                         f"{len(data.split.train)} cases, {self.local_epochs} epoch(s), ROI {self.roi_size}, "
+                         f"batch {self.batch_size}, {workers} loader worker(s)")
         optimizer = torch.optim.Adam(net.parameters(), lr=self.learning_rate, weight_decay=self.weight_decay)
-        loader = data.train_loader(self.batch_size, seed=self.seed + 7919 * (model.current_round or 0))
+        loader = data.train_loader(self.batch_size, seed=self.seed + 7919 * (model.current_round or 0),
+                                   workers=workers, prefetch=ctx.device.type == "cuda")
         metrics[TRAIN_LOSS] = train_epochs(net, loader, optimizer, ctx.device, self.local_epochs,
                                            lambda: ctx.abort_signal.triggered)
         params = state_dict_to_numpy(net)
@@ -122,12 +133,28 @@ class SegmentationTask(TrackedTask):
         return FLModel(params=params, params_type=ParamsType.FULL, metrics=metrics,
                        meta={FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(data.split.train)})
 
+    def check_gpu_memory(self, device: torch.device) -> None:
+        """On a GPU, once per job: refuse a batch size and ROI whose training step cannot fit in the free memory,
+        naming the setting to lower (site_agent.segmentation.memory), before any case is read."""
+        if device.type != "cuda" or self._memory_checked:
+            return
+        free, _ = torch.cuda.mem_get_info(device)
+        free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)  # our allocator's cache
+        estimate = estimate_training_memory(build_model(MODEL, **self.model_args), len(REGIONS), select_precision(device))
+        needed = check_training_memory(estimate, self.batch_size, self.roi_size, free)
+        self.logger.info(f"batch {self.batch_size} at ROI {self.roi_size}: about {needed / GIB:.1f} GiB of the GPU's "
+                         f"{free / GIB:.1f} GiB free (estimate)")
+        self._memory_checked = True
+
     def site_data(self, ctx: SiteContext) -> SiteData:
-        """The site's split and cached datasets, read (and validated) once per job."""
+        """The site's split and cached datasets, read (and validated) once per job; kept on disk in the site's
+        workspace instead of memory when the site's `data_cache` says so."""
         folder = ctx.data_dir(self.dataset)
         if folder not in self._data:
+            cache_dir = ctx.workspace_dir / "data_cache" / "segmentation" if ctx.config.compute.data_cache == "disk" else None
             self._data[folder] = load_site_data(folder, self.roi_size, self.label_map, self.grid, self.val_fraction,
-                                                self.cache_rate, self.seed, self.test_fraction, self.resample_ras_1mm)
+                                                self.cache_rate, self.seed, self.test_fraction, self.resample_ras_1mm,
+                                                cache_dir)
         return self._data[folder]
 
     def network(self, params: dict[str, np.ndarray], device: torch.device) -> nn.Module:
