@@ -26,7 +26,7 @@ def _export(args: argparse.Namespace) -> int:
     settings = ExportSettings([c.strip() for c in args.classes.split(",")], args.image_size, args.holdout_fraction,
                               args.seed)
     vector = statistics_vector(loaded, config.data_dir(args.dataset, site), settings.classes, settings.image_size,
-                               settings.holdout_fraction, settings.seed)
+                               settings.holdout_fraction, settings.seed, config.compute.encode_batch_size)
     summary = write_export(Path(args.out), vector, settings, loaded.identity)
     print(summary.read_text())
     print(f"wrote {Path(args.out)}: review it, then run the job with reviewed_statistics=<dataset key of this folder>")

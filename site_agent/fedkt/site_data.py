@@ -57,14 +57,15 @@ def load_split(folder: Path, classes: Sequence[str], holdout_fraction: float, se
 
 
 def statistics_vector(autoencoder: LoadedAutoencoder, folder: Path, classes: Sequence[str], image_size: int,
-                      holdout_fraction: float, seed: int) -> np.ndarray:
+                      holdout_fraction: float, seed: int, encode_batch_size: int | None = None) -> np.ndarray:
     """The site's unmasked fixed-point statistics on Z/2^64: what the job masks and sends, and what the export holds.
 
-    Encoded in batches of the one fixed size (`stats.ENCODE_BATCH_SIZE`), so the vector does not depend on how many
-    images this site holds: any split of the same records over sites sums to the same bits (on the same hardware
-    and software; see docs/fedkt-csd-privacy.md).
+    Encoded in batches of one fixed size (the site's `encode_batch_size`, default the device's:
+    `stats.default_encode_batch_size`), so the vector does not depend on how many images this site holds: any
+    split of the same records over sites sums to the same bits (on the same hardware, software, precision and
+    batch size; see docs/fedkt-csd-privacy.md).
     """
     split = load_split(folder, classes, holdout_fraction, seed)
     data = read_images(split.statistics, image_size)
     return site_statistics(autoencoder.model, to_autoencoder_range(data.images), data.labels, len(classes),
-                           autoencoder.clip_norm)
+                           autoencoder.clip_norm, encode_batch_size)

@@ -16,17 +16,31 @@ import torch
 from diffusers import AutoencoderDC
 
 from fl_contract.fedkt.wire import RING_DTYPE, check_capacity, join_fields, quantize_latents, upper_triangle
+from fl_contract.precision import select_precision
 
-ENCODE_BATCH_SIZE = 32  # the one batch size every latent is encoded in, on every site (see encode_latents)
+ENCODE_BATCH_SIZE = 32
+"""The batch every latent is encoded in on a CPU (see encode_latents)."""
+CUDA_ENCODE_BATCH_SIZE = 256
+"""The default batch on a GPU: enough images to keep it busy at 64 x 64, far below its memory (the site's
+`encode_batch_size` overrides it)."""
+_DEVICE_UPLOAD_FRACTION = 0.25
 
 
-def encode_latents(model: AutoencoderDC, images: torch.Tensor) -> torch.Tensor:
+def default_encode_batch_size(device: torch.device) -> int:
+    return CUDA_ENCODE_BATCH_SIZE if device.type == "cuda" else ENCODE_BATCH_SIZE
+
+
+def encode_latents(model: AutoencoderDC, images: torch.Tensor, batch_size: int | None = None) -> torch.Tensor:
     """(N, 3, H, W) images in [-1, 1] -> (N, d) flattened latents `model.encode(x).latent`, float32 on CPU.
 
-    Every batch holds exactly ENCODE_BATCH_SIZE images (the last one padded with zeros) and runs with
-    deterministic kernels, so an image's latent has the same bits however many images its site holds: CPU kernels
-    take other code paths for other batch sizes (batches of 1 or 3 differ from 32 by up to ~4e-5), and that would
-    move a latent across a fixed-point grid line now and then, breaking the partition invariance of the sums.
+    Every batch holds exactly `batch_size` images (default: the device's, `default_encode_batch_size`; the last
+    batch padded with zeros) and runs with deterministic kernels, so an image's latent has the same bits however
+    many images its site holds: CPU kernels take other code paths for other batch sizes (batches of 1 or 3 differ
+    from 32 by up to ~4e-5), and that would move a latent across a fixed-point grid line now and then, breaking the
+    partition invariance of the sums. On a GPU the encoder runs in the site's precision (fl_contract.precision:
+    bfloat16 where supported); the latents leave it as float32, and everything after (clipping, fixed point, sums)
+    is the same exact float64 and integer arithmetic as on the CPU. The images go to the GPU in one copy when they
+    take at most a quarter of its free memory, so no batch waits for a transfer.
     """
     if images.ndim != 4 or images.shape[1] != model.config.in_channels:
         raise ValueError(f"expected images (N, {model.config.in_channels}, H, W), got {tuple(images.shape)}")
@@ -35,13 +49,18 @@ def encode_latents(model: AutoencoderDC, images: torch.Tensor) -> torch.Tensor:
     if images.min() < -1.0 or images.max() > 1.0:
         raise ValueError("images must be scaled to [-1, 1] (use fl_contract.models.dcae.to_autoencoder_range)")
     device = next(model.parameters()).device
+    batch_size = batch_size or default_encode_batch_size(device)
+    if device.type == "cuda" and images.nbytes <= _DEVICE_UPLOAD_FRACTION * torch.cuda.mem_get_info(device)[0]:
+        images = images.to(device)
+    precision = select_precision(device)
     latents = []
-    with torch.inference_mode(), _deterministic_kernels():
-        for batch in images.split(ENCODE_BATCH_SIZE):
-            padding = batch.new_zeros(ENCODE_BATCH_SIZE - len(batch), *batch.shape[1:])
-            encoded = model.encode(torch.cat([batch, padding]).to(device)).latent
-            latents.append(encoded[: len(batch)].flatten(1).float().cpu())
-    return torch.cat(latents)
+    with torch.inference_mode(), _deterministic_kernels(), precision.autocast():
+        for batch in images.split(batch_size):
+            if len(batch) < batch_size:
+                batch = torch.cat([batch, batch.new_zeros(batch_size - len(batch), *batch.shape[1:])])
+            encoded = model.encode(batch.to(device)).latent
+            latents.append(encoded.flatten(1).float())
+    return torch.cat(latents)[: len(images)].cpu()
 
 
 @contextmanager
@@ -89,6 +108,6 @@ def class_statistics(latents: torch.Tensor, labels: torch.Tensor, num_classes: i
 
 
 def site_statistics(model: AutoencoderDC, images: torch.Tensor, labels: torch.Tensor, num_classes: int,
-                    clip_norm: float) -> np.ndarray:
+                    clip_norm: float, encode_batch_size: int | None = None) -> np.ndarray:
     """Encode a site's images (in [-1, 1]) and reduce them to the per-class statistics' ring vector."""
-    return class_statistics(encode_latents(model, images), labels, num_classes, clip_norm)
+    return class_statistics(encode_latents(model, images, encode_batch_size), labels, num_classes, clip_norm)
