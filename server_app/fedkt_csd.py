@@ -1,15 +1,17 @@
 """FedKT-CSD on the server: key exchange, secure-aggregated sums, DP release, synthetic data, optional evaluation.
 
 One round, no training at the sites (ALGORITHMS.md). The server resolves the autoencoder folder from its own
-`local/server_app.json` (a job never carries paths), relays the sites' X25519 public keys, learns only the sum of
-their masked fixed-point statistics, adds calibrated Gaussian noise, and samples and decodes a labelled synthetic
-image set. If a site of the key exchange sends nothing, the masks do not cancel: the job stops naming the site
-(no partial unmasking). Outputs: `server_app.fedkt_outputs`; record and status: `results.json`, which repeats the
+`local/server_app.json` (a job never carries paths), runs secure aggregation with dropout recovery
+(`server_app.privacy.secure_aggregation`) so that it learns only the sum of the sites' fixed-point statistics,
+adds calibrated Gaussian noise, and samples and decodes a labelled synthetic image set. A site lost after sharing
+its keys is removed and the release goes on with the others; below the threshold the job stops naming the
+missing sites. Outputs: `server_app.fedkt_outputs`; record and status: `results.json`, which repeats the
 release's per-class diagnostics and every warning (noise-dominated classes, a constant classifier).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,12 @@ from fl_contract.fedkt.classifier import BATCH_SIZE, predict, train_classifier, 
 from fl_contract.fedkt.wire import from_ring
 from fl_contract.models import state_dict_to_numpy
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
+from fl_contract.secagg import SecAggError
 from fl_contract.version import AGENT_VERSION as __version__
 from server_app import fedkt_outputs as outputs
 from server_app.fedkt_release import decode_latents, release_class_gaussians, sample_latents, synthetic_counts
 from server_app.privacy.dp_calibration import NoiseCalibration, calibrate_noise
-from server_app.privacy.unmask import unmask_sum
+from server_app.privacy.secure_aggregation import Revealed, SecureAggregation
 from server_app.results import RunRecorder
 from server_app.server_config import CONFIG_FILE, ServerConfig
 
@@ -73,6 +76,7 @@ class FedKTCSDController(ModelController):
         self.classifier_min_steps = classifier_min_steps
         self.seed = seed
         self._warnings: list[str] = []  # this run's, for results.json
+        self._secagg_record: dict[str, Any] = {}  # who took part at each secure-aggregation step, even on a stop
 
     def run(self) -> None:
         app_dir = Path(self.get_app_dir())
@@ -80,10 +84,10 @@ class FedKTCSDController(ModelController):
         try:
             record = self._run(app_dir)
         except JobAborted as stop:
-            recorder.finish("aborted", error=str(stop))
+            recorder.finish("aborted", error=str(stop), secure_aggregation=self._secagg_record)
             return
         except JobStopped as stop:
-            recorder.finish("failed", error=str(stop))
+            recorder.finish("failed", error=str(stop), secure_aggregation=self._secagg_record)
             self.panic(str(stop))
             return
         recorder.finish("finished", **record)
@@ -92,21 +96,17 @@ class FedKTCSDController(ModelController):
         """Everything up to the outputs; returns what results.json records besides the job and the status."""
         loaded = self._load_autoencoder()
         calibration = self._calibrate(loaded.clip_norm)  # before any site works: an impossible budget stops here
-        session = f"{self.fl_ctx.get_job_id()}/attempt-1"
+        session = f"{self.fl_ctx.get_job_id()}/attempt-1"  # one attempt: a stopped aggregation needs a new job
         announcement = protocol.announcement(session, self.classes, self.image_size, loaded.identity)
-        keys = self._send(protocol.TASK_KEYS, FLModel(params={}, meta=announcement), None)
-        sites = sorted(keys)
-        if len(sites) < self.min_clients:
-            raise JobStopped(f"only {len(sites)} site(s) sent a public key ({', '.join(sites) or 'none'}); "
-                             f"secure aggregation needs at least {self.min_clients}")
-        public_keys = {site: result.params[protocol.PUBLIC_KEY] for site, result in keys.items()}
-        self.info(f"key exchange with {', '.join(sites)}; requesting masked statistics")
-        results = self._send(protocol.TASK_STATISTICS, FLModel(params=public_keys, meta={protocol.SESSION: session}), sites)
+        secagg = SecureAggregation(session, self.min_clients)
         try:
-            total = unmask_sum({site: r.params[protocol.MASKED] for site, r in results.items()}, sites)
+            total = secure_sum(secagg, announcement, self._send, self.info, self._warn)
             stats = from_ring(total, len(self.classes), loaded.clip_norm)
-        except ValueError as err:
+        except SecAggError as err:
             raise JobStopped(f"secure aggregation failed: {err}") from err
+        finally:
+            self._secagg_record = secagg.summary()
+        sites = secagg.survivors
         release = release_class_gaussians(stats, calibration, self.noise_seed, min_count=self.min_count,
                                           autoencoder=loaded.identity, class_names=self.classes)
         for warning in release.manifest["warnings"]:
@@ -117,13 +117,15 @@ class FedKTCSDController(ModelController):
         outputs.write_dp_statistics(app_dir / outputs.DP_STATISTICS_FILE, release, self.classes)
         outputs.write_synthetic_set(app_dir / outputs.SYNTHETIC_DIR, images, labels, self.classes)
         outputs.write_class_grids(app_dir / outputs.GRID_DIR, images, labels, self.classes)
-        manifest = {**release.manifest, "classes": self.classes, "sites": sites, "session": session,
+        manifest = {**release.manifest, "classes": self.classes, "sites": sites, "session": secagg.session,
+                    "secure_aggregation": self._secagg_record,
                     "samples_per_class": {self.classes[c]: n for c, n in zip(release.gaussians.classes, counts)},
                     "image_size": self.image_size, "sampling_seed": self.seed, "site_agent_version": __version__}
         outputs.write_manifest(app_dir / outputs.MANIFEST_FILE, manifest)
         self.info(f"released {len(labels)} synthetic images of classes "
                   f"{[self.classes[c] for c in release.gaussians.classes]} into {app_dir}")
-        record: dict[str, Any] = {"sites": sites, "synthetic_images": int(len(labels)),
+        record: dict[str, Any] = {"sites": sites, "secure_aggregation": self._secagg_record,
+                                  "synthetic_images": int(len(labels)),
                                   "release_diagnostics": release.manifest["diagnostics"]}
         if self.evaluate:
             record.update(self._evaluation_round(app_dir, sites))
@@ -192,6 +194,36 @@ class FedKTCSDController(ModelController):
                 "min_clients": self.min_clients, "min_count": self.min_count, "evaluate": self.evaluate,
                 "classifier_epochs": self.classifier_epochs, "classifier_min_steps": self.classifier_min_steps,
                 "seed": self.seed}
+
+
+Send = Callable[[str, FLModel, list[str] | None], dict[str, FLModel]]
+"""Send a task's data to the target sites (None: all) and wait; the results of the sites that answered, by name."""
+
+
+def secure_sum(secagg: SecureAggregation, announcement: dict[str, Any], send: Send, log: Callable[[str], None],
+               warn: Callable[[str], None]) -> np.ndarray:
+    """The four secure-aggregation tasks, each sent to the sites that answered the one before; the survivors' sum."""
+    keys = send(protocol.TASK_KEYS, FLModel(params={}, meta=announcement), None)
+    secagg.start({site: protocol.read_keys(result.params) for site, result in keys.items()})
+    log(f"key exchange with {', '.join(secagg.key_exchange)} (threshold {secagg.threshold}); requesting shares")
+    meta = {protocol.SESSION: secagg.session}
+    shares = send(protocol.TASK_SHARES, FLModel(params=protocol.key_exchange_params(secagg.keys),
+                                                meta={**meta, protocol.THRESHOLD: secagg.threshold}),
+                  secagg.key_exchange)
+    relayed = secagg.relay({site: {peer: protocol.from_wire(c) for peer, c in r.params.items()}
+                            for site, r in shares.items()})
+    log(f"{', '.join(secagg.sharing)} shared their keys; requesting masked statistics")
+    ciphertexts = {pair: protocol.to_wire(ciphertext) for pair, ciphertext in relayed.items()}
+    results = send(protocol.TASK_STATISTICS, FLModel(params=ciphertexts, meta={**meta, protocol.SITES: secagg.sharing}),
+                   secagg.sharing)
+    masked = {site: r.params[protocol.MASKED] for site, r in results.items()}
+    secagg.collect(masked)
+    if secagg.dropped:
+        warn(f"site(s) {', '.join(secagg.dropped)} shared their keys but sent no masked statistics: their masks are "
+             f"removed with the other sites' shares and the release goes on with {', '.join(secagg.survivors)}")
+    answers = send(protocol.TASK_UNMASK, FLModel(params={}, meta={
+        **meta, protocol.SURVIVORS: secagg.survivors, protocol.DROPPED: secagg.dropped}), secagg.survivors)
+    return secagg.unmask(masked, {site: Revealed(*protocol.read_revealed(r.params)) for site, r in answers.items()})
 
 
 def _site_scores(metrics: dict[str, float]) -> dict[str, Any]:

@@ -1,69 +1,122 @@
-"""Pairwise additive masking, so that the server learns only the sum of the sites' fixed-point vectors.
+"""A site's part in one secure aggregation (Bonawitz et al. 2017): keys, shares, the masked vector, unmasking.
 
-Every pair of sites agrees on a seed without the server learning it: X25519 key agreement on public keys the
-server relays, then HKDF-SHA256 binding the job id and both site names. The seed keys a ChaCha20 keystream
-(cryptography's ChaCha20, all-zero nonce: each derived key is used for one stream only), read as little-endian
-uint64 words: mask(i, j). In the order of site names, site i adds mask(i, j) for every j > i and subtracts it
-for every j < i, modulo 2^64, so every mask appears once with each sign and the masks cancel exactly in the sum
-(Bonawitz et al. 2017 without the dropout recovery: a site that drops makes the sum unrecoverable, see
-`server_app.privacy.unmask`). Keys are ephemeral: generate fresh ones for every aggregation attempt.
+Held in the executor's memory for one session only; nothing of it is written to disk, and a site that restarts
+simply drops out (the others recover the sum without it). The site checks every list the server sends before it
+acts on it, so that a server that lies about who survived cannot make it reveal both secrets of one site: a site
+listed as a survivor gets its self-mask seed share revealed, a dropped one its mask-key share, never both, and a
+site answers one unmasking request per session. Primitives: `fl_contract.secagg`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 
 import numpy as np
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fl_contract.fedkt.wire import RING_DTYPE
-
-_HKDF_LABEL = b"hospital-fl/fedkt-csd/pairwise-mask/v1"
-
-
-def generate_keypair() -> tuple[X25519PrivateKey, bytes]:
-    """A fresh X25519 private key and its 32-byte raw public key, the part the server relays."""
-    private_key = X25519PrivateKey.generate()
-    return private_key, private_key.public_key().public_bytes_raw()
-
-
-def pair_seed(private_key: X25519PrivateKey, peer_public_key: bytes, job_id: str, site: str, peer: str) -> bytes:
-    """The 32-byte seed that `site` and `peer` both derive; bound to the job and to the unordered pair."""
-    if site == peer:
-        raise ValueError(f"site {site!r} cannot pair with itself")
-    shared = private_key.exchange(X25519PublicKey.from_public_bytes(peer_public_key))
-    info = _HKDF_LABEL + b"".join(_length_prefixed(part) for part in (job_id, *sorted((site, peer))))
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
+from fl_contract.secagg import (
+    KEY_BYTES,
+    SHARE_BYTES,
+    AdvertisedKeys,
+    SecAggError,
+    add_pairwise_masks,
+    check_subset,
+    decrypt_shares,
+    encrypt_shares,
+    generate_keypair,
+    majority_threshold,
+    mask_stream,
+    split_secret,
+)
 
 
-def mask_stream(seed: bytes, length: int) -> np.ndarray:
-    """`length` uint64 words of the ChaCha20 keystream keyed by `seed`."""
-    encryptor = Cipher(algorithms.ChaCha20(seed, bytes(16)), mode=None).encryptor()
-    return np.frombuffer(encryptor.update(bytes(8 * length)), dtype=RING_DTYPE)
+class SecAggSite:
+    """`min_threshold`: the fewest shares the site lets reconstruct its secrets (besides a majority of the exchange)."""
 
+    def __init__(self, site: str, session: str, min_threshold: int):
+        self.site = site
+        self.session = session
+        self.min_threshold = min_threshold
+        self._mask_key, mask_public = generate_keypair()
+        self._share_key, share_public = generate_keypair()
+        self.advertised = AdvertisedKeys(mask_public, share_public)
+        self._self_seed = os.urandom(KEY_BYTES)
+        self._keys: dict[str, AdvertisedKeys] = {}  # the key exchange
+        self._threshold = 0
+        self._held: dict[str, tuple[bytes, bytes]] = {}  # sender -> its (mask-key share, self-seed share) for us
+        self._sharing: list[str] = []  # the sites whose shares we hold, whose masks are in our vector
+        self._answered = False
 
-def mask_vector(vector: np.ndarray, site: str, private_key: X25519PrivateKey, public_keys: Mapping[str, bytes],
-                job_id: str) -> np.ndarray:
-    """`vector` (uint64) plus the site's pairwise masks with every other site in `public_keys`, mod 2^64.
+    def share(self, keys: Mapping[str, AdvertisedKeys], threshold: int) -> dict[str, bytes]:
+        """Shares of this site's mask key and self-mask seed, encrypted to each peer of the key exchange."""
+        if keys.get(self.site) != self.advertised:
+            raise SecAggError(f"site {self.site}: the key exchange does not list this site with its own keys; "
+                              "refusing this aggregation")
+        holders = sorted(keys)
+        floor = max(self.min_threshold, majority_threshold(len(holders)))
+        if not floor <= threshold <= len(holders):
+            raise SecAggError(f"site {self.site}: the server asks for a threshold of {threshold} among "
+                              f"{len(holders)} sites; this site shares its secrets only with a threshold from {floor} "
+                              f"to {len(holders)}")
+        self._keys, self._threshold = dict(keys), threshold
+        key_shares = split_secret(self._mask_key.private_bytes_raw(), threshold, holders)
+        seed_shares = split_secret(self._self_seed, threshold, holders)
+        self._held[self.site] = (key_shares[self.site], seed_shares[self.site])
+        return {peer: encrypt_shares(self._share_key, keys[peer].share_key, self.session, self.site, peer,
+                                     key_shares[peer] + seed_shares[peer])
+                for peer in holders if peer != self.site}
 
-    `public_keys` maps every site of the key exchange, this one included, to its raw public key.
-    """
-    if vector.dtype != RING_DTYPE or vector.ndim != 1:
-        raise ValueError(f"expected a 1-D little-endian uint64 vector, got {vector.dtype} {vector.shape}")
-    if public_keys.get(site) != private_key.public_key().public_bytes_raw():
-        raise ValueError(f"the key exchange does not list site {site!r} with this site's public key")
-    masked = vector.copy()
-    for peer, peer_key in public_keys.items():
-        if peer == site:
-            continue
-        mask = mask_stream(pair_seed(private_key, peer_key, job_id, site, peer), vector.size)
-        (np.add if site < peer else np.subtract)(masked, mask, out=masked)
-    return masked
+    def mask(self, vector: np.ndarray, sharing: Sequence[str], ciphertexts: Mapping[str, bytes]) -> np.ndarray:
+        """`vector` plus this site's self mask and its pairwise masks with every site that shared, mod 2^64.
 
+        `ciphertexts` are the shares the other sharing sites encrypted for this site; all must be there and decrypt.
+        """
+        if vector.dtype != RING_DTYPE or vector.ndim != 1:
+            raise ValueError(f"expected a 1-D little-endian uint64 vector, got {vector.dtype} {vector.shape}")
+        if not self._keys:
+            raise SecAggError(f"site {self.site} has not shared its keys in session {self.session!r}")
+        sharing = self._check_quorum(check_subset(sharing, self._keys, "sites that shared their keys", self.site),
+                                     "sites that shared their keys")
+        senders = set(sharing) - {self.site}
+        if set(ciphertexts) != senders:
+            missing, extra = sorted(senders - set(ciphertexts)), sorted(set(ciphertexts) - senders)
+            raise SecAggError(f"site {self.site}: the server relays shares from {extra or 'no other site'} it did not "
+                              f"list and none from {missing or 'no listed site'}; refusing this aggregation")
+        for sender in sorted(senders):
+            plain = decrypt_shares(self._share_key, self._keys[sender].share_key, self.session, sender, self.site,
+                                   ciphertexts[sender])
+            if len(plain) != 2 * SHARE_BYTES:
+                raise SecAggError(f"site {self.site}: the shares from {sender} are {len(plain)} bytes, expected "
+                                  f"{2 * SHARE_BYTES}")
+            self._held[sender] = (plain[:SHARE_BYTES], plain[SHARE_BYTES:])
+        self._sharing = sharing
+        masked: np.ndarray = vector + mask_stream(self._self_seed, vector.size)
+        add_pairwise_masks(masked, self._mask_key, self.site,
+                           {peer: self._keys[peer].mask_key for peer in sharing if peer != self.site}, self.session)
+        return masked
 
-def _length_prefixed(text: str) -> bytes:
-    data = text.encode()
-    return len(data).to_bytes(4, "big") + data
+    def reveal(self, survivors: Sequence[str], dropped: Sequence[str]) -> tuple[dict[str, bytes], dict[str, bytes]]:
+        """(self-mask seed shares of the survivors, mask-key shares of the dropped sites), once per session."""
+        if not self._sharing:
+            raise SecAggError(f"site {self.site} sent no masked vector in session {self.session!r}; nothing to unmask")
+        if self._answered:
+            raise SecAggError(f"site {self.site} has already answered the unmasking of session {self.session!r}; "
+                              "a second request is refused")
+        survivors = self._check_quorum(check_subset(survivors, self._sharing, "survivors", self.site), "survivors")
+        dropped = check_subset(dropped, self._sharing, "dropped sites", self.site)
+        both = sorted(set(survivors) & set(dropped))
+        if both or set(survivors) | set(dropped) != set(self._sharing):
+            raise SecAggError(f"site {self.site}: the server's survivors {survivors} and dropped sites {dropped} do not "
+                              f"split the sites that shared {self._sharing} (listed as both: {both or 'none'}); "
+                              "refusing to reveal any share")
+        self._answered = True
+        return ({site: self._held[site][1] for site in survivors}, {site: self._held[site][0] for site in dropped})
+
+    def _check_quorum(self, sites: list[str], what: str) -> list[str]:
+        if self.site not in sites:
+            raise SecAggError(f"site {self.site}: the server's {what} {sites} leave this site out")
+        if len(sites) < self._threshold:
+            raise SecAggError(f"site {self.site}: only {len(sites)} {what} ({', '.join(sites)}), fewer than the "
+                              f"threshold {self._threshold}; refusing this aggregation")
+        return sites

@@ -5,10 +5,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+from nvflare.app_common.abstract.fl_model import FLModel
+from nvflare.app_common.decomposers import common_decomposers
+from nvflare.app_common.utils.fl_model_utils import FLModelUtils
+from nvflare.fuel.utils import fobs
 
 from jobs.segmentation.spec import CPU_DEMO_DATA
 from provisioning.loopback import free_port
 from provisioning.provision import Federation, customise, load_template, provision
+from server_app.fedkt_csd import secure_sum
+from server_app.privacy.secure_aggregation import SecureAggregation
 from site_agent.data.linear_demo import write_linear_site
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.site_config import write_site_config
@@ -68,3 +77,33 @@ def read_exported_job(job_dir: Path) -> ExportedJob:
         client=json.loads((config / "config_fed_client.json").read_text()),
         server=json.loads((config / "config_fed_server.json").read_text()),
     )
+
+
+def over_the_wire(model: FLModel) -> FLModel:
+    """Serialise as FLARE does (FOBS) and read back what the other side receives."""
+    common_decomposers.register()
+    return FLModelUtils.from_shareable(fobs.loads(fobs.dumps(FLModelUtils.to_shareable(model))))
+
+
+class FedKTRelay:
+    """The FedKT-CSD server's side of the wire in-process, driving the server's own secure-sum sequence: every task
+    goes through FLARE's serialisation both ways, and `lost` sites stop answering from the named task on (as a
+    killed site would)."""
+
+    ORDER = ("keys", "shares", "statistics", "unmask")
+
+    def __init__(self, tasks: dict[str, Any], contexts: dict[str, Any], lost: dict[str, str] | None = None):
+        self.tasks, self.contexts, self.lost = tasks, contexts, lost or {}
+        self.sent: dict[str, dict[str, FLModel]] = {}
+
+    def send(self, task: str, model: FLModel, targets: list[str] | None) -> dict[str, FLModel]:
+        answering = [s for s in targets or sorted(self.tasks)
+                     if s not in self.lost or self.ORDER.index(task) < self.ORDER.index(self.lost[s])]
+        self.sent[task] = {s: over_the_wire(getattr(self.tasks[s], f"task_{task}")(over_the_wire(model),
+                                                                                     self.contexts[s]))
+                           for s in answering}
+        return self.sent[task]
+
+    def secure_sum(self, announcement: FLModel, min_sites: int = 3) -> np.ndarray:
+        session = announcement.meta["session"]
+        return secure_sum(SecureAggregation(session, min_sites), announcement.meta, self.send, print, print)

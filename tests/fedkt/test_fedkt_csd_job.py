@@ -31,7 +31,8 @@ MANIFEST_KEYS = {"epsilon", "delta", "clip_norm", "adjacency", "method", "num_qu
                  "count_multiplier", "equivalent_multiplier", "sensitivity_mean", "sensitivity_outer",
                  "sensitivity_count", "std_mean", "std_outer", "std_count", "accounted_epsilon", "counts_noised",
                  "bias_correction", "eigenvalue_floor", "min_count", "released_classes", "withheld_classes",
-                 "counts_used", "noise_seed", "autoencoder", "classes", "sites", "session", "samples_per_class",
+                 "counts_used", "noise_seed", "autoencoder", "classes", "sites", "session", "secure_aggregation",
+                 "samples_per_class",
                  "image_size", "sampling_seed", "site_agent_version", "useful_release", "diagnostics", "warnings"}
 DIAGNOSTICS_KEYS = {"records", "released", "warning", "mean_noise_to_signal", "covariance_noise_to_signal",
                     "released_trace", "expected_noise_trace", "trace_noise_fraction", "trace_inflation",
@@ -45,9 +46,9 @@ def autoencoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_autoencoder(model, tmp_path_factory.mktemp("ae") / "tiny-dcae", clip_norm=8.0, provenance="test")
 
 
-def _federation(root: Path, autoencoder_dir: Path) -> dict[str, str]:
-    for index, site in enumerate(SITES, start=1):
-        write_isic_site(root / "data" / site / "isic", index, len(SITES), IMAGES_PER_SITE, alpha=10.0)
+def _federation(root: Path, autoencoder_dir: Path, sites: list[str] = SITES) -> dict[str, str]:
+    for index, site in enumerate(sites, start=1):
+        write_isic_site(root / "data" / site / "isic", index, len(sites), IMAGES_PER_SITE, alpha=10.0)
     return {"isic": str(root / "data" / "{site_name}" / "isic"), "dcae": str(autoencoder_dir)}
 
 
@@ -110,17 +111,19 @@ def test_simulator_releases_synthetic_set_with_requested_counts_and_complete_man
 
 
 @pytest.mark.simulator
-def test_site_failing_after_the_key_exchange_stops_the_job_naming_it(tmp_path, autoencoder_dir):
-    datasets = _federation(tmp_path, autoencoder_dir)
-    (tmp_path / "data" / "site-3" / "isic" / GROUND_TRUTH_CSV).unlink()  # keys still work; statistics cannot
+def test_a_site_failing_after_sharing_its_keys_is_removed_and_the_release_goes_on(tmp_path, autoencoder_dir):
+    sites = [*SITES, "site-4"]
+    datasets = _federation(tmp_path, autoencoder_dir, sites)
+    (tmp_path / "data" / "site-4" / "isic" / GROUND_TRUTH_CSV).unlink()  # keys and shares work; statistics cannot
     job_dir = export(build_job(KIND, FedKTCSDParams(noise_seed=1)), tmp_path / "job")
 
-    run = simulate(job_dir, tmp_path / "ws", SITES, datasets, server_models={"dcae": str(autoencoder_dir)}, timeout=300)
+    run = simulate(job_dir, tmp_path / "ws", sites, datasets, server_models={"dcae": str(autoencoder_dir)}, timeout=300)
 
     results = json.loads((run.server_app_dir / "results.json").read_text())
-    assert run.aborted()
-    assert results["status"] == "failed"
-    assert "site(s) site-3 took part in the key exchange but sent no masked statistics" in results["error"]
-    assert "site(s) site-3 took part in the key exchange" in run.server_log.read_text()
-    assert not (run.server_app_dir / outputs.MANIFEST_FILE).exists()
-    assert not (run.server_app_dir / outputs.SYNTHETIC_DIR).exists()
+    manifest = json.loads((run.server_app_dir / outputs.MANIFEST_FILE).read_text())
+    assert results["status"] == "finished", results.get("error")
+    assert results["sites"] == SITES and manifest["sites"] == SITES
+    assert results["secure_aggregation"] == manifest["secure_aggregation"] == {
+        "threshold": 3, "key_exchange": sites, "shared": sites, "survivors": SITES, "dropped_after_sharing": ["site-4"]}
+    assert any("site(s) site-4 shared their keys but sent no masked statistics" in w for w in results["warnings"])
+    assert (run.server_app_dir / outputs.SYNTHETIC_DIR).is_dir()

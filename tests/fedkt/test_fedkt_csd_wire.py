@@ -1,6 +1,7 @@
-"""What a FedKT-CSD site sends: a public key, then one masked uint64 vector, the evaluation's metrics, nothing else.
+"""What a FedKT-CSD site sends: two public keys, encrypted shares, one masked uint64 vector, shares for unmasking,
+the evaluation's metrics, nothing else.
 
-The site tasks run as FLARE runs them (through the shareable), with keys relayed as the server relays them.
+The site tasks run as FLARE runs them (through the shareable), driven by the server's own secure-sum sequence.
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ import pytest
 import torch
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel
-from nvflare.app_common.decomposers import common_decomposers
-from nvflare.app_common.utils.fl_model_utils import FLModelUtils
-from nvflare.fuel.utils import fobs
+from support import FedKTRelay, over_the_wire
 
 from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.fedkt import protocol
@@ -22,75 +21,94 @@ from fl_contract.fedkt.classifier import build_classifier
 from fl_contract.fedkt.wire import RING_DTYPE, class_length
 from fl_contract.models import state_dict_to_numpy
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
+from fl_contract.secagg import SecAggError
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
-from server_app.privacy.unmask import unmask_sum
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt.site_data import statistics_vector
 from site_agent.site_config import SiteConfig, write_site_config
 from site_agent.tasks.executor import SiteContext
-from site_agent.tasks.fedkt_csd import FedKTCSDTask
 
 SITES = ["site-1", "site-2", "site-3"]
 CLASSES = list(PLAYERFL_CLASSES)
 LENGTH = len(CLASSES) * class_length(128)
+SESSION = "job-1/attempt-1"
+CIPHERTEXT_BYTES = 12 + 2 * 32 + 16  # nonce, two 32-byte shares, GCM tag
 
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, SiteContext]]:
     root = tmp_path_factory.mktemp("wire")
     ae = save_autoencoder(build_tiny_dcae(0), root / "tiny-dcae", clip_norm=40.0, provenance="test")
-    contexts = {}
-    for index, site in enumerate(SITES, start=1):
-        data = write_isic_site(root / site / "isic", index, len(SITES), 16, alpha=10.0)
-        config = SiteConfig.load(write_site_config(root / site, {"isic": str(data), "dcae": str(ae)}))
-        contexts[site] = SiteContext(site, config, torch.device("cpu"), root / site, Signal())
-    return ae, contexts
+    return ae, {site: _context(root, site, index, ae) for index, site in enumerate(SITES, start=1)}
 
 
-def _over_the_wire(model: FLModel) -> FLModel:
-    """Serialise as FLARE does (FOBS) and read back what the other side receives."""
-    common_decomposers.register()
-    return FLModelUtils.from_shareable(fobs.loads(fobs.dumps(FLModelUtils.to_shareable(model))))
+def _context(root: Path, site: str, index: int, ae: Path) -> SiteContext:
+    data = write_isic_site(root / site / "isic", index, 4, 16, alpha=10.0)
+    config = SiteConfig.load(write_site_config(root / site, {"isic": str(data), "dcae": str(ae)}))
+    return SiteContext(site, config, torch.device("cpu"), root / site, Signal())
 
 
-def _announce(ae: Path) -> FLModel:
+def _announce(ae: Path, session: str = SESSION) -> FLModel:
     identity = load_autoencoder(ae).identity
-    return FLModel(params={}, meta=protocol.announcement("job-1/attempt-1", CLASSES, 64, identity))
+    return FLModel(params={}, meta=protocol.announcement(session, CLASSES, 64, identity))
 
 
-def _exchange(ae: Path, contexts: dict[str, SiteContext]) -> tuple[dict[str, FedKTCSDTask], dict[str, FLModel]]:
-    tasks = {site: _task() for site in SITES}
-    keys = {site: _over_the_wire(tasks[site].task_keys(_announce(ae), contexts[site])) for site in SITES}
-    return tasks, keys
+def _plain(ae: Path, contexts: dict[str, SiteContext], sites: list[str]) -> np.ndarray:
+    """The plain sum of the sites' statistics, each site encoded once per module."""
+    for site in set(sites) - set(_PLAIN):
+        _PLAIN[site] = statistics_vector(load_autoencoder(ae), contexts[site].data_dir("isic"), CLASSES, 64, 0.2, 0)
+    return np.sum([_PLAIN[site] for site in sites], axis=0, dtype=RING_DTYPE)
 
 
-def test_sites_send_only_a_public_key_then_only_the_masked_vector(federation):
+_PLAIN: dict[str, np.ndarray] = {}
+
+
+def _layout(model: FLModel) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    return {key: (value.shape, value.dtype) for key, value in model.params.items()}
+
+
+def test_sites_send_keys_encrypted_shares_one_masked_vector_and_shares_for_unmasking(federation):
     ae, contexts = federation
-    tasks, keys = _exchange(ae, contexts)
-    relay = FLModel(params={s: k.params[protocol.PUBLIC_KEY] for s, k in keys.items()},
-                    meta={protocol.SESSION: "job-1/attempt-1"})
+    relay = FedKTRelay({site: _task() for site in contexts}, contexts)
 
-    sent = {site: _over_the_wire(tasks[site].task_statistics(relay, contexts[site])) for site in SITES}
+    total = relay.secure_sum(_announce(ae))
 
-    loaded = load_autoencoder(ae)
-    plain = {site: statistics_vector(loaded, contexts[site].data_dir("isic"), CLASSES, 64, 0.2, 0) for site in SITES}
+    np.testing.assert_array_equal(total, _plain(ae, contexts, SITES))
+    plain = {site: _plain(ae, contexts, [site]) for site in SITES}
     for site in SITES:
-        assert {k: (v.shape, v.dtype) for k, v in keys[site].params.items()} == {"public_key": ((32,), np.uint8)}
-        assert {k: (v.shape, v.dtype) for k, v in sent[site].params.items()} == {"masked": ((LENGTH,), RING_DTYPE)}
-        assert not keys[site].meta and not sent[site].meta and not sent[site].metrics
-        assert np.mean(sent[site].params["masked"] == plain[site]) < 0.01  # masked, not the plain statistics
-    total = unmask_sum({site: sent[site].params["masked"] for site in SITES}, SITES)
-    np.testing.assert_array_equal(total, np.sum([plain[s] for s in SITES], axis=0, dtype=RING_DTYPE))
+        peers = [s for s in SITES if s != site]
+        assert _layout(relay.sent["keys"][site]) == {"mask_key": ((32,), np.uint8), "share_key": ((32,), np.uint8)}
+        assert _layout(relay.sent["shares"][site]) == {peer: ((CIPHERTEXT_BYTES,), np.uint8) for peer in peers}
+        assert _layout(relay.sent["statistics"][site]) == {"masked": ((LENGTH,), RING_DTYPE)}
+        assert _layout(relay.sent["unmask"][site]) == {f"self_seed/{s}": ((32,), np.uint8) for s in SITES}
+        assert all(not relay.sent[task][site].meta and not relay.sent[task][site].metrics for task in relay.sent)
+        assert np.mean(relay.sent["statistics"][site].params["masked"] == plain[site]) < 0.01  # masked
 
 
-def test_statistics_without_a_key_for_the_session_are_refused(federation):
+def test_a_site_lost_after_sharing_is_removed_and_the_sum_is_the_others_exactly(federation, tmp_path):
     ae, contexts = federation
-    tasks, keys = _exchange(ae, contexts)
-    relay = FLModel(params={s: k.params[protocol.PUBLIC_KEY] for s, k in keys.items()},
-                    meta={protocol.SESSION: "job-1/attempt-2"})
+    four = {**contexts, "site-4": _context(tmp_path, "site-4", 4, ae)}
+    relay = FedKTRelay({site: _task() for site in four}, four, lost={"site-2": protocol.TASK_STATISTICS})
 
-    with pytest.raises(RuntimeError, match="site-1 has no key for session 'job-1/attempt-2'.*rerun the job"):
-        tasks["site-1"].task_statistics(relay, contexts["site-1"])
+    total = relay.secure_sum(_announce(ae))
+
+    np.testing.assert_array_equal(total, _plain(ae, four, ["site-1", "site-3", "site-4"]))
+    assert _layout(relay.sent["unmask"]["site-1"]) == {
+        **{f"self_seed/{s}": ((32,), np.uint8) for s in ("site-1", "site-3", "site-4")},
+        "mask_key/site-2": ((32,), np.uint8)}
+
+
+def test_steps_out_of_session_are_refused(federation):
+    ae, contexts = federation
+    task = _task()
+    task.task_keys(_announce(ae), contexts["site-1"])
+
+    with pytest.raises(RuntimeError, match=r"site-1 has no keys for session 'job-1/attempt-2'.*rerun the job"):
+        task.task_shares(FLModel(params={}, meta={protocol.SESSION: "job-1/attempt-2", protocol.THRESHOLD: 3}),
+                         contexts["site-1"])
+    with pytest.raises(SecAggError, match="site-1 has not shared its keys"):
+        task.task_statistics(FLModel(params={}, meta={protocol.SESSION: SESSION, protocol.SITES: SITES}),
+                             contexts["site-1"])
 
 
 def test_site_refuses_a_server_with_another_autoencoder(federation, tmp_path):
@@ -105,7 +123,7 @@ def test_evaluation_sends_only_the_documented_metrics(federation):
     _, contexts = federation
     classifier = FLModel(params=state_dict_to_numpy(build_classifier(64, len(CLASSES))))
 
-    sent = _over_the_wire(_task().task_evaluate(classifier, contexts["site-1"]))
+    sent = over_the_wire(_task().task_evaluate(classifier, contexts["site-1"]))
 
     recall = {key for key in sent.metrics if key.startswith(protocol.RECALL_PREFIX)}
     assert set(sent.metrics) - recall == set(protocol.EVALUATION_METRICS)

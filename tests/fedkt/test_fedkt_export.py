@@ -10,13 +10,13 @@ import pytest
 import torch
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel
+from support import FedKTRelay
 
 from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.fedkt import protocol
 from fl_contract.fedkt.wire import RING_DTYPE
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
-from server_app.privacy.unmask import unmask_sum
 from site_agent.cli import main
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt.export import METADATA_FILE, PAYLOAD_FILE, SUMMARY_FILE, ExportSettings, read_export
@@ -59,15 +59,18 @@ def test_export_holds_the_unmasked_job_vector_and_a_summary_naming_what_is_sent(
 
 def test_job_sends_the_reviewed_vector_masked(site):
     kit, folder = site
-    ctx = SiteContext("site-2", SiteConfig.for_kit(kit), torch.device("cpu"), kit, Signal())
-    task = KIND.site_task_component(FedKTCSDParams(classes=CLASSES, reviewed_statistics="fedkt_reviewed")).instantiate()
-    identity = load_autoencoder(ctx.data_dir("dcae")).identity
-    own_key = task.task_keys(FLModel(params={}, meta=protocol.announcement("s", CLASSES, 64, identity)), ctx)
+    config = SiteConfig.for_kit(kit)
+    sites = ["site-1", "site-2", "site-3"]  # three sites of the same kit, each sending the reviewed file
+    contexts = {name: SiteContext(name, config, torch.device("cpu"), kit, Signal()) for name in sites}
+    params = FedKTCSDParams(classes=CLASSES, reviewed_statistics="fedkt_reviewed")
+    relay = FedKTRelay({name: KIND.site_task_component(params).instantiate() for name in sites}, contexts)
+    identity = load_autoencoder(config.data_dir("dcae", "site-2")).identity
 
-    sent = task.task_statistics(FLModel(params={"site-2": own_key.params["public_key"]}, meta={"session": "s"}), ctx)
+    total = relay.secure_sum(FLModel(params={}, meta=protocol.announcement("s", CLASSES, 64, identity)))
 
-    total = unmask_sum({"site-2": sent.params["masked"]}, ["site-2"])  # alone, no peer: no mask to cancel
-    np.testing.assert_array_equal(total, np.fromfile(folder / PAYLOAD_FILE, dtype=RING_DTYPE))
+    reviewed = np.fromfile(folder / PAYLOAD_FILE, dtype=RING_DTYPE)
+    np.testing.assert_array_equal(total, reviewed * np.uint64(3))
+    assert not np.array_equal(relay.sent["statistics"]["site-2"].params["masked"], reviewed)
 
 
 def test_changed_or_mismatched_export_is_refused(site, tmp_path):

@@ -7,8 +7,10 @@ import hashlib
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
+import torch
 from nvflare.apis.fl_constant import FLContextKey, ReservedKey, ReturnCode
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable
@@ -18,6 +20,7 @@ from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.decomposers import common_decomposers
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 from nvflare.fuel.utils import fobs
+from support import FedKTRelay
 
 from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.fedkt import protocol
@@ -31,7 +34,8 @@ from site_agent.cli import main
 from site_agent.data.linear_demo import write_linear_site
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt.export import METADATA_FILE
-from site_agent.site_config import write_site_config
+from site_agent.site_config import SiteConfig, write_site_config
+from site_agent.tasks.executor import SiteContext
 
 
 def _fl_ctx(kit: Path, privacy: SitePrivacy) -> FLContext:
@@ -85,11 +89,28 @@ def test_the_fedkt_csd_statistics_hash_in_the_audit_log_matches_the_reviewed_exp
     identity = load_autoencoder(autoencoder).identity
     announcement = protocol.announcement("s", list(PLAYERFL_CLASSES), 64, identity)
 
-    keys = task.execute("keys", FLModelUtils.to_shareable(FLModel(params={}, meta=announcement)), fl_ctx, Signal())
-    own_key = FLModelUtils.from_shareable(keys).params[protocol.PUBLIC_KEY]
-    peers = FLModelUtils.to_shareable(FLModel(params={"site-1": own_key}, meta={protocol.SESSION: "s"}))
-    task.execute("statistics", peers, fl_ctx, Signal())
+    peers = {name: FEDKT_CSD.site_task_component(FedKTCSDParams()).instantiate() for name in ("site-2", "site-3")}
+    contexts = {name: SiteContext(name, SiteConfig.for_kit(tmp_path), torch.device("cpu"), tmp_path, Signal())
+                for name in peers}
+    relay = FedKTRelay({**peers, "site-1": _Executed(task, fl_ctx)}, {**contexts, "site-1": None})
+
+    relay.secure_sum(FLModel(params={}, meta=announcement))
 
     sent = [e for e in AuditLog(tmp_path / "local").entries("job-1") if e["task"] == "statistics"]
     assert [e["statistics_sha256"] for e in sent] == [reviewed]
     assert sent[0]["payload_sha256"] != reviewed  # what left is masked
+
+
+class _Executed:
+    """A site task reached through FLARE's `execute`, as the job runs it (audit log included)."""
+
+    def __init__(self, task: Any, fl_ctx: Any):
+        self.task, self.fl_ctx = task, fl_ctx
+
+    def __getattr__(self, name: str) -> Any:
+        task_name = name.removeprefix("task_")
+
+        def run(model: FLModel, _ctx: object) -> FLModel:
+            reply = self.task.execute(task_name, FLModelUtils.to_shareable(model), self.fl_ctx, Signal())
+            return FLModelUtils.from_shareable(reply)
+        return run

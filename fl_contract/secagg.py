@@ -1,0 +1,158 @@
+"""Secure aggregation's primitives, shared by sites and server (Bonawitz et al., CCS 2017, semi-honest variant).
+
+Each site holds two X25519 key pairs for one session: a *mask* pair, whose agreement with every peer seeds the
+pairwise masks that cancel in the sum, and a *share* pair, whose agreement keys the AES-GCM encryption of the
+secret shares the site sends each peer through the server. A site also draws a 32-byte *self-mask* seed. It
+Shamir-shares (t of n) both its mask private key and its self-mask seed among the sites of the key exchange, so
+that t survivors can give the server what it needs to remove a dropped site's pairwise masks (its private key) or
+a surviving site's self mask (its seed), never both for one site (`server_app.privacy.secure_aggregation`).
+
+Masks are ChaCha20 keystreams (all-zero nonce; every key keys one stream) read as little-endian uint64 words and
+added modulo 2^64. Pair seeds are HKDF-SHA256 of the X25519 shared secret with `info` binding a label, the session
+and both site names (sorted, length-prefixed). In site-name order, site i adds mask(i, j) for j > i and subtracts
+it for j < i, so every pairwise mask appears once with each sign. Shamir sharing is pycryptodome's, over
+GF(2^128): a 32-byte secret is shared as its two 16-byte halves, and the holder of share x is the x-th site of
+the key exchange in name order (x from 1).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from Crypto.Protocol.SecretSharing import Shamir
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from fl_contract.fedkt.wire import RING_DTYPE
+
+KEY_BYTES = 32  # X25519 keys, self-mask seeds and pair seeds
+SHARE_BYTES = 32  # one Shamir share of a 32-byte secret: the shares of its two 16-byte halves
+_NONCE_BYTES = 12
+_MASK_LABEL = b"hospital-fl/secagg/pairwise-mask/v1"
+_SHARE_LABEL = b"hospital-fl/secagg/share-encryption/v1"
+
+
+class SecAggError(ValueError):
+    """A secure aggregation cannot go on; the message names the site(s) and what to do."""
+
+
+@dataclass(frozen=True)
+class AdvertisedKeys:
+    """A site's two public keys for one session, relayed by the server to every site of the key exchange."""
+
+    mask_key: bytes
+    share_key: bytes
+
+
+def majority_threshold(num_sites: int) -> int:
+    """The smallest threshold a site accepts: more than half of the key exchange, so no minority can reconstruct."""
+    return num_sites // 2 + 1
+
+
+def generate_keypair() -> tuple[X25519PrivateKey, bytes]:
+    """A fresh X25519 private key and its 32-byte raw public key, the part the server relays."""
+    private_key = X25519PrivateKey.generate()
+    return private_key, private_key.public_key().public_bytes_raw()
+
+
+def public_bytes(private_key: X25519PrivateKey) -> bytes:
+    return private_key.public_key().public_bytes_raw()
+
+
+def pair_seed(private_key: X25519PrivateKey, peer_public_key: bytes, session: str, site: str, peer: str) -> bytes:
+    """The 32-byte mask seed that `site` and `peer` both derive; bound to the session and the unordered pair."""
+    return _agree(private_key, peer_public_key, _MASK_LABEL, session, site, peer)
+
+
+def mask_stream(seed: bytes, length: int) -> np.ndarray:
+    """`length` uint64 words of the ChaCha20 keystream keyed by `seed` (a pair seed or a self-mask seed)."""
+    encryptor = Cipher(algorithms.ChaCha20(seed, bytes(16)), mode=None).encryptor()
+    return np.frombuffer(encryptor.update(bytes(8 * length)), dtype=RING_DTYPE)
+
+
+def add_pairwise_masks(total: np.ndarray, private_key: X25519PrivateKey, site: str, peers: Mapping[str, bytes],
+                       session: str) -> None:
+    """Add in place, modulo 2^64, the pairwise masks `site` applies with each of `peers` (name -> mask public key).
+
+    The same call cancels a dropped site's masks in the survivors' sum: each survivor applied the opposite sign.
+    """
+    for peer, peer_key in peers.items():
+        mask = mask_stream(pair_seed(private_key, peer_key, session, site, peer), total.size)
+        (np.add if site < peer else np.subtract)(total, mask, out=total)
+
+
+def split_secret(secret: bytes, threshold: int, holders: Sequence[str]) -> dict[str, bytes]:
+    """`threshold`-of-n Shamir shares of a 32-byte secret, one per holder (holders in name order, x from 1)."""
+    if len(secret) != KEY_BYTES:
+        raise ValueError(f"secrets are {KEY_BYTES} bytes, got {len(secret)}")
+    if not 1 <= threshold <= len(holders) or list(holders) != sorted(set(holders)):
+        raise ValueError(f"cannot share among {list(holders)} with threshold {threshold}: holders must be distinct, "
+                         "in name order, and at least as many as the threshold")
+    low, high = (Shamir.split(threshold, len(holders), half) for half in (secret[:16], secret[16:]))
+    return {holder: lo + hi for holder, (_, lo), (_, hi) in zip(holders, low, high, strict=True)}
+
+
+def combine_shares(shares: Mapping[str, bytes], holders: Sequence[str], threshold: int) -> bytes:
+    """The 32-byte secret from at least `threshold` shares, keyed by holder name (`holders` as given to the split)."""
+    if len(shares) < threshold:
+        raise SecAggError(f"{len(shares)} share(s) but the threshold is {threshold}")
+    index = {holder: x for x, holder in enumerate(holders, start=1)}
+    chosen = sorted(shares)[:threshold]
+    halves = [Shamir.combine([(index[h], shares[h][part:part + 16]) for h in chosen]) for part in (0, 16)]
+    return halves[0] + halves[1]
+
+
+def encrypt_shares(share_key: X25519PrivateKey, peer_share_key: bytes, session: str, sender: str, recipient: str,
+                   plaintext: bytes) -> bytes:
+    """AES-256-GCM of `plaintext` for `recipient`; nonce first. Sender, recipient and session are authenticated."""
+    nonce = os.urandom(_NONCE_BYTES)
+    key = _agree(share_key, peer_share_key, _SHARE_LABEL, session, sender, recipient)
+    return nonce + AESGCM(key).encrypt(nonce, plaintext, _direction(session, sender, recipient))
+
+
+def decrypt_shares(share_key: X25519PrivateKey, peer_share_key: bytes, session: str, sender: str, recipient: str,
+                   ciphertext: bytes) -> bytes:
+    """The plaintext `sender` encrypted for `recipient`; raises naming the sender if it was altered or misrouted."""
+    key = _agree(share_key, peer_share_key, _SHARE_LABEL, session, sender, recipient)
+    try:
+        return AESGCM(key).decrypt(ciphertext[:_NONCE_BYTES], ciphertext[_NONCE_BYTES:],
+                                   _direction(session, sender, recipient))
+    except InvalidTag as err:
+        raise SecAggError(f"the shares from {sender} to {recipient} do not decrypt: altered or misrouted on the way "
+                          "(the server relays them); refusing this aggregation") from err
+
+
+def check_subset(sites: Iterable[str], of: Iterable[str], what: str, site: str) -> list[str]:
+    """`sites` in name order, after checking that they lie within `of`; raises naming the intruders."""
+    chosen, allowed = sorted(set(sites)), set(of)
+    strangers = [name for name in chosen if name not in allowed]
+    if strangers:
+        raise SecAggError(f"site {site}: the server lists {', '.join(strangers)} among the {what}, but they were not "
+                          "among the sites before; refusing this aggregation")
+    return chosen
+
+
+def _agree(private_key: X25519PrivateKey, peer_public_key: bytes, label: bytes, session: str, *names: str) -> bytes:
+    """HKDF-SHA256 of the X25519 shared secret, bound to `label`, the session and `names` (sorted for a pair seed)."""
+    if len(set(names)) != len(names):
+        raise ValueError(f"site {names[0]!r} cannot agree a key with itself")
+    parts = (session, *sorted(names)) if label == _MASK_LABEL else (session, *names)
+    shared = private_key.exchange(X25519PublicKey.from_public_bytes(peer_public_key))
+    info = label + b"".join(_length_prefixed(part) for part in parts)
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
+
+
+def _direction(session: str, sender: str, recipient: str) -> bytes:
+    return b"".join(_length_prefixed(part) for part in (session, sender, recipient))
+
+
+def _length_prefixed(text: str) -> bytes:
+    data = text.encode()
+    return len(data).to_bytes(4, "big") + data
