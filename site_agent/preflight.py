@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from site_agent import __version__
 from site_agent.kit import EXPIRY_WARNING_DAYS, KitError, ServerRefused, SiteKit, exchange_with_server, verify_certificate_chain
@@ -19,8 +19,12 @@ from site_agent.policy import PolicyInForce
 from site_agent.site_config import SiteConfig, SiteConfigError
 from site_agent.site_guard import SITE_GUARD_PATH
 
+if TYPE_CHECKING:  # torch takes seconds to import: the fast commands never load it
+    from fl_contract.device import GpuFacts
+
 MIN_FREE_GIB = 2.0
 WARN_FREE_GIB = 20.0
+MIN_FREE_GPU_GIB = 4.0
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 _FIX_CONFIG = "edit the site configuration (docs/site-it-guide.md)"
@@ -176,9 +180,12 @@ def _check_dataset(config: SiteConfig, site_name: str, key: str, deep: bool, pro
 
 
 def check_device(kit: SiteKit) -> CheckResult:
+    """The device jobs will use: the GPU's name, memory, CUDA version and a short matmul in the precision training
+    will use, or that there is no CUDA GPU and the CPU will be used."""
     import torch
 
-    from fl_contract.device import describe_device, select_device
+    from fl_contract.device import probe_gpu, select_device
+    from fl_contract.precision import select_precision
 
     try:
         preference = SiteConfig.for_kit(kit.root).device
@@ -188,8 +195,31 @@ def check_device(kit: SiteKit) -> CheckResult:
         device = select_device(preference)
     except RuntimeError as exc:
         return CheckResult("device", FAIL, str(exc), 'set "device": "auto" or install a CUDA build of torch')
-    status = OK if device.type == "cuda" or not torch.cuda.is_available() else WARN
-    return CheckResult("device", status, f"{describe_device(device)}, torch {torch.__version__}")
+    if device.type != "cuda":
+        if torch.cuda.is_available():
+            return CheckResult("device", WARN, f'the site configuration says "device": "cpu" although torch sees '
+                               f"{torch.cuda.get_device_name()}; will use the CPU ({torch.get_num_threads()} threads), "
+                               f"torch {torch.__version__}", 'set "device": "auto" to train on the GPU')
+        return CheckResult("device", OK, f"no CUDA GPU, will use the CPU ({torch.get_num_threads()} threads), "
+                           f"torch {torch.__version__}")
+    precision = select_precision(device)
+    try:
+        facts = probe_gpu(device, precision.autocast_dtype or torch.float32)
+    except RuntimeError as exc:  # CUDA errors (driver too old, GPU in a bad state) are RuntimeErrors
+        return CheckResult("device", FAIL, f"the GPU does not compute: {exc}",
+                           "check the NVIDIA driver against the CUDA version of torch (docs/site-it-guide.md)")
+    return gpu_result(facts, precision.describe(), torch.__version__)
+
+
+def gpu_result(facts: GpuFacts, precision: str, torch_version: str) -> CheckResult:
+    """The device row for a GPU, from its facts (so it is tested without one)."""
+    detail = (f"{facts.name}, {facts.total_bytes / 2**30:.0f} GiB ({facts.free_bytes / 2**30:.1f} GiB free), "
+              f"CUDA {facts.cuda_version}, compute capability {facts.capability[0]}.{facts.capability[1]}, "
+              f"{precision}, matmul {facts.matmul_tflops:.0f} TFLOP/s, torch {torch_version}")
+    if facts.free_bytes < MIN_FREE_GPU_GIB * 2**30:
+        return CheckResult("device", WARN, detail, f"less than {MIN_FREE_GPU_GIB:.0f} GiB of GPU memory is free: "
+                           "stop what else runs on the GPU (nvidia-smi lists it) or lower the jobs' batch_size / roi_size")
+    return CheckResult("device", OK, detail)
 
 
 def check_disk(kit: SiteKit) -> CheckResult:

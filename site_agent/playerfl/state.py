@@ -60,7 +60,7 @@ def load_state(path: Path) -> SiteState | None:
     if not path.is_file():
         return None
     try:
-        return SiteState(**torch.load(path, weights_only=True))
+        return SiteState(**torch.load(path, weights_only=True, map_location="cpu"))  # loaded onto the model's device
     except Exception as exc:
         raise RuntimeError(f"{path}: the site's PLayer-FL state cannot be read ({exc}); "
                            "delete it to restart this job's site state") from exc

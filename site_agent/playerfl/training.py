@@ -1,5 +1,6 @@
 """Local training and evaluation shared by every method: focal loss with per-class alpha, Adam (amsgrad) whose state
-the site keeps across rounds, macro-F1, balanced accuracy."""
+the site keeps across rounds, macro-F1, balanced accuracy. On the site's device, in its precision
+(fl_contract.precision: mixed precision on a GPU, float32 on the CPU, where the arithmetic is exactly as without it)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from fl_contract.playerfl.layers import Layer
+from fl_contract.precision import select_precision
 from site_agent.playerfl.data import IsicImages
 from site_agent.playerfl.state import StateDict
 
@@ -24,6 +26,7 @@ LossFn = Callable[[Tensor, Tensor], Tensor]
 Penalty = Callable[[nn.Module], Tensor]
 OptimizerStates = dict[str, dict[str, Any]]
 FRESH_BATCH_OFFSET = 50_000  # the sensitivity batch's shuffling stream, apart from every round's epoch order
+CPU = torch.device("cpu")
 
 
 def focal_loss(gamma: float, alpha: Sequence[float] | None = None) -> LossFn:
@@ -40,20 +43,25 @@ def adam(model: nn.Module, learning_rate: float, weight_decay: float) -> torch.o
 
 
 def train_epochs(model: nn.Module, loader: DataLoader[Any], loss_fn: LossFn, epochs: int, optimizer: torch.optim.Optimizer,
-                 penalty: Penalty | None = None) -> float:
-    """Train `model` with `optimizer` for `epochs` passes; returns the last epoch's mean loss. `penalty(model)` is
-    added to every batch loss (FedProx's and Ditto's proximal terms)."""
+                 penalty: Penalty | None = None, device: torch.device = CPU) -> float:
+    """Train `model` (on `device`) with `optimizer` for `epochs` passes; returns the last epoch's mean loss.
+    `penalty(model)` is added to every batch loss (FedProx's and Ditto's proximal terms), outside autocast."""
+    precision = select_precision(device)
+    scaler = precision.scaler()
     model.train()
     mean_loss = float("nan")
     for _ in range(epochs):
         total, count = 0.0, 0
         for images, labels in loader:
+            images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
             optimizer.zero_grad()
-            loss = loss_fn(model(images), labels)
+            with precision.autocast():
+                loss = loss_fn(model(images), labels)
             if penalty is not None:
                 loss = loss + penalty(model)
-            loss.backward()
-            optimizer.step()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
             total, count = total + float(loss.detach()) * len(labels), count + len(labels)
         mean_loss = total / count
         check_finite(mean_loss)
@@ -66,13 +74,14 @@ def check_finite(loss: float) -> None:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: DataLoader[Any]) -> dict[str, float]:
-    """Macro-F1 (sklearn, zero_division=0) and balanced accuracy of `model` in eval mode."""
+def evaluate(model: nn.Module, loader: DataLoader[Any], device: torch.device = CPU) -> dict[str, float]:
+    """Macro-F1 (sklearn, zero_division=0) and balanced accuracy of `model` (on `device`) in eval mode."""
     model.eval()
     truth, predicted = [], []
-    for images, labels in loader:
-        truth.append(labels.numpy())
-        predicted.append(model(images).argmax(dim=1).numpy())
+    with select_precision(device).autocast():
+        for images, labels in loader:
+            truth.append(labels.numpy())
+            predicted.append(model(images.to(device)).argmax(dim=1).cpu().numpy())
     y_true, y_pred = np.concatenate(truth), np.concatenate(predicted)
     return {
         "macro_f1": float(f1_score(y_true, y_pred, average="macro", zero_division=0)),
@@ -108,13 +117,14 @@ class LocalTrainer:
     seed: int
     round_number: int
     optimizers: OptimizerStates
+    device: torch.device = CPU
 
     def train(self, model: nn.Module, penalty: Penalty | None = None, epochs: int | None = None,
               role: str = "model") -> float:
         """`epochs` (default: the job's local epochs) passes with the role's optimizer; returns the last mean loss."""
         with self.optimizer(model, role) as optimizer:
             return train_epochs(model, self._loader(0), self.loss_fn, self.epochs if epochs is None else epochs,
-                                optimizer, penalty=penalty)
+                                optimizer, penalty=penalty, device=self.device)
 
     @contextlib.contextmanager
     def optimizer(self, model: nn.Module, role: str) -> Iterator[torch.optim.Optimizer]:
@@ -126,21 +136,23 @@ class LocalTrainer:
         self.optimizers[role] = optimizer.state_dict()
 
     def batches(self) -> Iterator[tuple[Tensor, Tensor]]:
-        """The round's training batches, `epochs` passes, for methods with their own inner loop (pFedMe)."""
+        """The round's training batches on the device, `epochs` passes, for methods with their own inner loop (pFedMe)."""
         loader = self._loader(0)
         for _ in range(self.epochs):
-            yield from loader
+            for images, labels in loader:
+                yield images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
 
     def model_from(self, state: StateDict) -> nn.Module:
-        """A model of the job's architecture holding `state`."""
-        model = self.new_model()
+        """A model of the job's architecture holding `state`, on the device."""
+        model = self.new_model().to(self.device)
         model.load_state_dict(state)
         return model
 
     def fresh_batch(self) -> tuple[Tensor, Tensor]:
-        """One batch of training images drawn independently of the epochs' order (the reference code's choice)."""
+        """One batch of training images, on the device, drawn independently of the epochs' order (the reference
+        code's choice)."""
         images, labels = next(iter(self._loader(FRESH_BATCH_OFFSET)))
-        return images, labels
+        return images.to(self.device), labels.to(self.device)
 
     def _loader(self, offset: int) -> DataLoader[Any]:
         stream = self.seed * 100_003 + self.round_number + offset

@@ -116,7 +116,7 @@ class PLayerFLTask(TrackedTask):
     def task_train(self, model: FLModel, ctx: SiteContext) -> FLModel:
         site, state, net = self._prepare(model, ctx)
         round_number = int(model.current_round or 0)
-        trainer = self._trainer(site, state, round_number)
+        trainer = self._trainer(site, state, round_number, ctx.device)
         metrics = self._validate(site, state, net, trainer, round_number) if round_number > 0 else {}
         received = {k: v.detach().clone() for k, v in net.state_dict().items()}
         local = self._strategy.train(net, received, state, trainer)
@@ -138,7 +138,7 @@ class PLayerFLTask(TrackedTask):
     def task_evaluate(self, model: FLModel, ctx: SiteContext) -> FLModel:
         site, state, net = self._prepare(model, ctx)
         final_round = int(model.total_rounds or 0)
-        trainer = self._trainer(site, state, FINETUNE_ROUND)
+        trainer = self._trainer(site, state, FINETUNE_ROUND, ctx.device)
         self._strategy.before_evaluation(net, state, trainer)
         metrics = self._validate(site, state, net, trainer, final_round)
         save_state(state, site.state_folder, int(model.current_round or 0))
@@ -148,7 +148,7 @@ class PLayerFLTask(TrackedTask):
             chosen, best_round, best_score = trainer.model_from(state.best), state.best_round, state.best_score
         else:
             chosen, best_round, best_score = self._strategy.deployed(net, state, trainer), final_round, metrics["val_macro_f1"]
-        test = evaluate(chosen, site.test)
+        test = evaluate(chosen, site.test, trainer.device)
         metrics = {**metrics, "test_macro_f1": test["macro_f1"], "test_balanced_accuracy": test["balanced_accuracy"],
                    "best_round": best_round, "best_val_macro_f1": best_score}
         self.track(metrics, final_round)
@@ -165,7 +165,7 @@ class PLayerFLTask(TrackedTask):
         previous = int(model.current_round or 0) - 1  # the state this round starts from: after the previous round
         saved = load_state(state_path(site.state_folder, previous)) if previous >= 0 else None
         state = saved or self._strategy.fresh_state(self._new_model().state_dict())
-        net = self._new_model()
+        net = self._new_model().to(ctx.device)
         net.load_state_dict(state.model)
         received = model.params or {}
         expected = prefix_keys(self.layers, int(model.meta[protocol.SHARED_LAYERS]))
@@ -179,7 +179,7 @@ class PLayerFLTask(TrackedTask):
                   round_number: int) -> dict[str, float]:
         """Score the model this site would deploy now and keep it if it is the best so far."""
         deployed = self._strategy.deployed(net, state, trainer)
-        scores = evaluate(deployed, site.val)
+        scores = evaluate(deployed, site.val, trainer.device)
         state.offer_snapshot(deployed.state_dict(), scores["macro_f1"], round_number)
         return {"val_macro_f1": scores["macro_f1"], "val_balanced_accuracy": scores["balanced_accuracy"]}
 
@@ -191,9 +191,9 @@ class PLayerFLTask(TrackedTask):
             torch.manual_seed(self.seed)  # every site starts from the same initial weights
             return build_model(self.model, **self.model_args)
 
-    def _trainer(self, site: _Site, state: SiteState, round_number: int) -> LocalTrainer:
+    def _trainer(self, site: _Site, state: SiteState, round_number: int, device: torch.device) -> LocalTrainer:
         return LocalTrainer(site.train, self.layers, self._new_model, site.loss_fn, self.local_epochs, self.batch_size,
-                            self.learning_rate, self.weight_decay, self.seed, round_number, state.optimizers)
+                            self.learning_rate, self.weight_decay, self.seed, round_number, state.optimizers, device)
 
     def _load_site(self, ctx: SiteContext) -> _Site:
         if self._site is None:

@@ -16,6 +16,7 @@ import copy
 import torch
 from torch import Tensor, nn
 
+from fl_contract.precision import select_precision
 from site_agent.playerfl.methods.base import LocalRound, SiteMethod
 from site_agent.playerfl.methods.ditto import personal_model
 from site_agent.playerfl.state import SiteState, StateDict
@@ -31,6 +32,8 @@ class PFedMe(SiteMethod):
         """Reports theta's task loss on the round's batches: it is the model this site deploys."""
         lam, steps = self.options.pfedme_lambda, self.options.pfedme_steps
         theta = personal_model(state, trainer, self.contract.name)
+        precision = select_precision(trainer.device)
+        scaler = precision.scaler()
         net.train()
         theta.train()
         total, count = 0.0, 0
@@ -38,9 +41,11 @@ class PFedMe(SiteMethod):
             for images, labels in trainer.batches():
                 for _ in range(steps):
                     inner.zero_grad()
-                    task_loss = trainer.loss_fn(theta(images), labels)
-                    (task_loss + lam / 2 * _squared_distance(theta, net)).backward()
-                    inner.step()
+                    with precision.autocast():
+                        task_loss = trainer.loss_fn(theta(images), labels)
+                    scaler.scale(task_loss + lam / 2 * _squared_distance(theta, net)).backward()
+                    scaler.step(inner)
+                    scaler.update()
                 outer.zero_grad()
                 with torch.no_grad():
                     for w, t in zip(net.parameters(), theta.parameters()):
