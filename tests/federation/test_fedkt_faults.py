@@ -1,0 +1,133 @@
+"""FedKT-CSD's faults on a real provisioned federation of four sites: a site killed after sharing its keys (the
+release goes on with the other three, bit-exact to their plain sum), the server killed mid-job (the job is closed
+with the reason: submit it again) and an abort (stopped, nothing released). Processes are killed by PID (SIGKILL).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support import ADMIN
+
+from fl_contract.classes import PLAYERFL_CLASSES
+from fl_contract.fedkt.wire import RING_DTYPE, from_ring
+from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
+from jobs.admin import follow_job
+from jobs.common import build_job, export
+from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
+from provisioning.loopback import LoopbackFederation, free_port
+from provisioning.provision import Federation, customise, load_template, provision
+from server_app.fedkt_release import release_class_gaussians
+from server_app.privacy.dp_calibration import calibrate_noise
+from server_app.server_config import write_server_config
+from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.fedkt.site_data import statistics_vector
+from site_agent.site_config import write_site_config
+
+pytestmark = pytest.mark.federation
+
+SITES = ["site-1", "site-2", "site-3", "site-4"]
+IMAGES = {"site-1": 24, "site-2": 24, "site-3": 24, "site-4": 400}  # site-4 encodes for seconds: time to kill it
+CLASSES = list(PLAYERFL_CLASSES)
+PARAMS = FedKTCSDParams(noise_seed=7, min_count=1.0)
+
+
+@pytest.fixture(scope="module")
+def fedkt_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Federation, LoopbackFederation, Path]]:
+    workspace = tmp_path_factory.mktemp("fedkt-faults")
+    project = customise(load_template(None), name="fedkt-faults", sites=SITES, port=free_port(),
+                        admins={ADMIN: "project_admin"})
+    federation = provision(project, workspace / "kits")
+    autoencoder = save_autoencoder(build_tiny_dcae(0), workspace / "dcae", clip_norm=20.0, provenance="test")
+    for index, site in enumerate(SITES, start=1):
+        data = write_isic_site(workspace / "data" / site / "isic", index, len(SITES), IMAGES[site], alpha=10.0)
+        write_site_config(federation.kit(site), {"isic": str(data), "dcae": str(autoencoder)})
+    write_server_config(federation.kit(federation.server), {"dcae": str(autoencoder)})
+    loopback = LoopbackFederation(federation)
+    try:
+        loopback.start_server()
+        for site in SITES:
+            loopback.start_site(site)
+        loopback.wait_for_sites(ADMIN, SITES)
+        yield federation, loopback, workspace
+    finally:
+        loopback.stop(ADMIN)
+
+
+def _wait_for_log(federation: Federation, job_id: str, text: str, timeout: float = 180.0) -> None:
+    log = federation.kit(federation.server) / job_id / "log.txt"
+    deadline = time.monotonic() + timeout
+    while not (log.is_file() and text in log.read_text(errors="replace")):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the server log of job {job_id} did not show {text!r} within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def test_a_site_killed_after_sharing_its_keys_is_removed_and_the_release_is_the_others_exactly(fedkt_federation,
+                                                                                                tmp_path):
+    federation, loopback, workspace = fedkt_federation
+    job_dir = export(build_job(KIND, PARAMS), tmp_path)
+    session = loopback.session(ADMIN)
+    try:
+        job_id = str(session.submit_job(str(job_dir)))
+        _wait_for_log(federation, job_id, "shared their keys; requesting masked statistics")
+        killed = loopback.kill_job_processes("site-4")
+        outcome = follow_job(session, job_id, timeout=300, progress=None)
+    finally:
+        session.close()
+
+    results = outcome.results()
+    assert killed == 1 and outcome.completed, outcome.refusal()
+    assert results["secure_aggregation"] == {"threshold": 3, "key_exchange": SITES, "shared": SITES,
+                                             "survivors": SITES[:3], "dropped_after_sharing": ["site-4"]}
+    assert any("site-4 shared their keys but sent no masked statistics" in w for w in results["warnings"])
+    released = np.load(outcome.server_app_dir() / "dp_statistics.npz")
+    expected = _release_of(workspace, SITES[:3])
+    for key in ("sums", "outer_upper", "counts"):
+        np.testing.assert_array_equal(released[key], expected[key])
+
+
+def test_the_server_killed_mid_job_closes_it_with_the_reason_and_an_abort_stops_it(fedkt_federation, tmp_path):
+    federation, loopback, _ = fedkt_federation
+    job_dir = export(build_job(KIND, PARAMS), tmp_path)
+    session = loopback.session(ADMIN)
+    try:
+        interrupted = str(session.submit_job(str(job_dir)))
+        _wait_for_log(federation, interrupted, "requesting masked statistics")
+        loopback.kill_participant(federation.server)
+    finally:
+        session.close()
+    loopback.start_server()
+    loopback.wait_for_sites(ADMIN, SITES)
+    session = loopback.session(ADMIN)
+    try:
+        closed = follow_job(session, interrupted, timeout=120, progress=None)
+        aborted_id = str(session.submit_job(str(job_dir)))
+        _wait_for_log(federation, aborted_id, "requesting masked statistics")
+        session.abort_job(aborted_id)
+        aborted = follow_job(session, aborted_id, timeout=120, progress=None)
+    finally:
+        session.close()
+
+    assert closed.status == "FINISHED:ABNORMAL"
+    assert "the server stopped while the job was running; it does not resume by itself: submit it again" in \
+        closed.meta.get("interrupted", "")
+    assert aborted.status == "FINISHED:ABORTED" and aborted.results()["status"] == "aborted"
+    assert not (aborted.server_app_dir() / "dp_statistics.npz").exists()
+
+
+def _release_of(workspace: Path, sites: list[str]) -> dict[str, np.ndarray]:
+    """The DP statistics the server releases from these sites' plain sum with the job's noise seed, in-process."""
+    loaded = load_autoencoder(workspace / "dcae")
+    total = np.sum([statistics_vector(loaded, workspace / "data" / site / "isic", CLASSES, PARAMS.image_size,
+                                      PARAMS.holdout_fraction, PARAMS.seed) for site in sites], axis=0, dtype=RING_DTYPE)
+    calibration = calibrate_noise(PARAMS.epsilon, PARAMS.delta, loaded.clip_norm, PARAMS.adjacency, PARAMS.method,
+                                  PARAMS.count_noise_multiplier)
+    release = release_class_gaussians(from_ring(total, len(CLASSES), loaded.clip_norm), calibration, PARAMS.noise_seed,
+                                      min_count=PARAMS.min_count, autoencoder=loaded.identity, class_names=CLASSES)
+    noisy = release.noisy
+    return {"sums": noisy.sums, "outer_upper": noisy.outer_upper, "counts": noisy.counts}
