@@ -5,9 +5,10 @@
 1. Site: `site_statistics` (encode + clip + fixed point + per-class sums) vs `model.encode(x).latent` alone, on the
    same decoded images, interleaved, median of `repeats` (goal: ratio <= 1.02), and the encoder's achieved FLOP/s
    as a fraction of this machine's fp32 matrix-multiply rate (torch.mm 2048^2, best of 5) in the same run.
-2. Server: unmask_sum + decode + DP release for 10, 100 and 1000 sites' payloads (d = 128, 10 classes). The
-   server's work does not depend on the mask values, so the payloads are unmasked fixed-point vectors; the
-   per-site masking cost (one keystream per peer) is measured separately.
+2. Secure aggregation with dropout recovery, run in-process for 10, 30 and 100 sites (d = 128, 10 classes), one
+   site lost after sharing its keys: one site's time to share (Shamir split + one encryption per peer) and to mask
+   (one keystream per peer), and the server's time to unmask (rebuild every survivor's self-mask seed and the lost
+   site's mask key from t shares, remove their masks) and then decode and release.
 """
 
 from __future__ import annotations
@@ -17,22 +18,25 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from fl_contract.fedkt import MIN_SITES
 from fl_contract.fedkt.wire import from_ring
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, to_autoencoder_range
 from jobs.fedkt_csd.spec import FedKTCSDParams
 from server_app.fedkt_release import release_class_gaussians
 from server_app.privacy.dp_calibration import calibrate_noise
-from server_app.privacy.unmask import unmask_sum
+from server_app.privacy.secure_aggregation import Revealed, SecureAggregation
 from site_agent.fedkt.demo_autoencoder import public_images
 from site_agent.fedkt.stats import class_statistics, encode_latents, site_statistics
-from site_agent.secure_agg import generate_keypair, mask_vector
+from site_agent.secure_agg import SecAggSite
 
 D, CLASSES, R = 128, 10, 34.0
+T = TypeVar("T")
 
 
 def _median_time(fn: Callable[[], object], repeats: int) -> float:
@@ -70,26 +74,43 @@ def site_pass(model: torch.nn.Module, n_images: int, repeats: int) -> dict[str, 
             "matmul_gflops": peak / 1e9, "fraction_of_peak": flops_per_image * n_images / t_bare / peak}
 
 
-def server_release(num_sites: int, rng: np.random.Generator) -> float:
+def secure_aggregation(num_sites: int, rng: np.random.Generator) -> dict[str, float]:
+    """Seconds for site-0000's share and mask steps and for the server's unmask and release; one site lost."""
     latents = torch.from_numpy(rng.normal(0, 3, (num_sites * 20, D)))
     labels = torch.arange(num_sites * 20) % CLASSES
-    per_site = [class_statistics(latents[i::num_sites], labels[i::num_sites], CLASSES, R)
-                for i in range(num_sites)]
-    payloads = {f"site-{i:04d}": v for i, v in enumerate(per_site)}
+    vectors = {f"site-{i:04d}": class_statistics(latents[i::num_sites], labels[i::num_sites], CLASSES, R)
+               for i in range(num_sites)}
+    sites = {name: SecAggSite(name, "bench", MIN_SITES) for name in vectors}
+    server = SecureAggregation("bench", MIN_SITES)
+    server.start({name: site.advertised for name, site in sites.items()})
+    timed: dict[str, float] = {}
+    shares = {name: _timed(timed, "share", lambda site=site: site.share(server.keys, server.threshold), name)
+              for name, site in sites.items()}
+    relayed = server.relay(shares)
+    lost = sorted(sites)[-1]
+    masked = {name: _timed(timed, "mask", lambda name=name: sites[name].mask(
+        vectors[name], server.sharing, {k.split("/")[0]: v for k, v in relayed.items() if k.endswith("/" + name)}), name)
+        for name in server.sharing if name != lost}
+    server.collect(masked)
+    revealed = {name: Revealed(*sites[name].reveal(server.survivors, server.dropped)) for name in server.survivors}
     calibration = calibrate_noise(10.0, 1e-5, R)
     started = time.perf_counter()
-    stats = from_ring(unmask_sum(payloads, payloads), CLASSES, R)
-    release_class_gaussians(stats, calibration, noise_seed=0, min_count=FedKTCSDParams().min_count)
-    return time.perf_counter() - started
-
-
-def site_masking(num_peers: int) -> float:
-    keys = {f"site-{i:04d}": generate_keypair() for i in range(num_peers + 1)}
-    public = {site: pair[1] for site, pair in keys.items()}
-    vector = np.zeros(CLASSES * (D + 1) * (D + 2) // 2, dtype=np.uint64)
+    total = server.unmask(masked, revealed)
+    timed["unmask"] = time.perf_counter() - started
     started = time.perf_counter()
-    mask_vector(vector, "site-0000", keys["site-0000"][0], public, "bench")
-    return time.perf_counter() - started
+    release_class_gaussians(from_ring(total, CLASSES, R), calibration, noise_seed=0, min_count=FedKTCSDParams().min_count)
+    timed["release"] = time.perf_counter() - started
+    assert np.array_equal(total, np.sum([vectors[n] for n in server.survivors], axis=0, dtype=np.uint64))
+    return timed
+
+
+def _timed(into: dict[str, float], key: str, step: Callable[[], T], site: str) -> T:
+    """Run `step`; keep its time under `key` if it is site-0000's."""
+    started = time.perf_counter()
+    result = step()
+    if site == "site-0000":
+        into[key] = time.perf_counter() - started
+    return result
 
 
 def main() -> None:
@@ -107,10 +128,11 @@ def main() -> None:
           f"{site['encoder_gflop_per_image']:.4f} | {site['encoder_gflops']:.2f} | {site['matmul_gflops']:.1f} | "
           f"{site['fraction_of_peak']:.4f} |")
     rng = np.random.default_rng(0)
-    print("\n| sites | server unmask + decode + DP release (s) | per site (ms) | site masking, one site (s) |\n|---|---|---|---|")
-    for n in (10, 100, 1000):
-        seconds = server_release(n, rng)
-        print(f"| {n} | {seconds:.3f} | {1000 * seconds / n:.2f} | {site_masking(n - 1):.3f} |")
+    print("\n| sites (one lost after sharing) | threshold | one site: share (s) | one site: mask (s) | server: unmask (s) "
+          "| server: decode + DP release (s) |\n|---|---|---|---|---|---|")
+    for n in (10, 30, 100):
+        t = secure_aggregation(n, rng)
+        print(f"| {n} | {n // 2 + 1} | {t['share']:.3f} | {t['mask']:.3f} | {t['unmask']:.3f} | {t['release']:.3f} |")
 
 
 if __name__ == "__main__":
