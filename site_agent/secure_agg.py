@@ -55,6 +55,9 @@ class SecAggSite:
                               "refusing this aggregation")
         holders = sorted(keys)
         floor = max(self.min_threshold, majority_threshold(len(holders)))
+        if floor > len(holders):
+            raise SecAggError(f"site {self.site}: {len(holders)} sites in the key exchange, but this site shares its "
+                              f"secrets only in aggregations of at least {floor} (its minimum); refusing")
         if not floor <= threshold <= len(holders):
             raise SecAggError(f"site {self.site}: the server asks for a threshold of {threshold} among "
                               f"{len(holders)} sites; this site shares its secrets only with a threshold from {floor} "

@@ -25,6 +25,7 @@ from fl_contract.secagg import SecAggError
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt.site_data import statistics_vector
+from site_agent.policy import SitePolicy, write_policy
 from site_agent.site_config import SiteConfig, write_site_config
 from site_agent.tasks.executor import SiteContext
 
@@ -134,3 +135,17 @@ def test_evaluation_sends_only_the_documented_metrics(federation):
 
 def _task():
     return KIND.site_task_component(FedKTCSDParams(classes=tuple(CLASSES))).instantiate()
+
+
+def test_a_site_holds_the_server_to_its_own_policy_floor_for_the_threshold(federation, tmp_path):
+    ae, contexts = federation
+    strict = _context(tmp_path, "site-1", 1, ae)
+    write_policy(strict.workspace_dir / "local", SitePolicy(min_secure_aggregation_sites=5))
+    tasks = {site: _task() for site in SITES}
+    keys = {site: tasks[site].task_keys(_announce(ae), strict if site == "site-1" else contexts[site]) for site in SITES}
+    relay = FLModel(params=protocol.key_exchange_params({s: protocol.read_keys(k.params) for s, k in keys.items()}),
+                    meta={protocol.SESSION: SESSION, protocol.THRESHOLD: 3})
+
+    with pytest.raises(SecAggError, match="site-1: 3 sites in the key exchange, but .* at least 5 \\(its minimum\\)"):
+        tasks["site-1"].task_shares(relay, strict)
+    assert tasks["site-2"].task_shares(relay, contexts["site-2"]).params  # the default floor, 3, accepts it
