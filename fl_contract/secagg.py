@@ -37,6 +37,7 @@ SHARE_BYTES = 32  # one Shamir share of a 32-byte secret: the shares of its two 
 _NONCE_BYTES = 12
 _MASK_LABEL = b"hospital-fl/secagg/pairwise-mask/v1"
 _SHARE_LABEL = b"hospital-fl/secagg/share-encryption/v1"
+_KEYS_LABEL = b"hospital-fl/secagg/advertised-keys/v1"
 
 
 class SecAggError(ValueError):
@@ -45,10 +46,21 @@ class SecAggError(ValueError):
 
 @dataclass(frozen=True)
 class AdvertisedKeys:
-    """A site's two public keys for one session, relayed by the server to every site of the key exchange."""
+    """A site's two public keys for one session, relayed by the server to every site of the key exchange.
+
+    A site with a provisioned startup kit adds its certificate (PEM) and its signature of `signed_message`, so
+    that its peers can check that the server relays this site's own keys (Bonawitz's defence against a server that
+    swaps keys); in FLARE's simulator there are no certificates and both stay empty.
+    """
 
     mask_key: bytes
     share_key: bytes
+    certificate: bytes = b""
+    signature: bytes = b""
+
+    def signed_message(self, session: str, site: str) -> bytes:
+        """What the site signs: a label, the session, its name and both public keys."""
+        return _KEYS_LABEL + _length_prefixed(session) + _length_prefixed(site) + self.mask_key + self.share_key
 
 
 def majority_threshold(num_sites: int) -> int:

@@ -29,18 +29,26 @@ from fl_contract.secagg import (
     mask_stream,
     split_secret,
 )
+from site_agent.secagg_identity import SigningIdentity
 
 
 class SecAggSite:
-    """`min_threshold`: the fewest shares the site lets reconstruct its secrets (besides a majority of the exchange)."""
+    """`min_threshold`: the fewest shares the site lets reconstruct its secrets (besides a majority of the exchange).
 
-    def __init__(self, site: str, session: str, min_threshold: int):
+    With an `identity` (a provisioned kit) the site signs its keys and takes part only if every peer's keys are
+    signed by that peer's certificate from the same federation (`site_agent.secagg_identity`).
+    """
+
+    def __init__(self, site: str, session: str, min_threshold: int, identity: SigningIdentity | None = None):
         self.site = site
         self.session = session
         self.min_threshold = min_threshold
+        self.identity = identity
         self._mask_key, mask_public = generate_keypair()
         self._share_key, share_public = generate_keypair()
-        self.advertised = AdvertisedKeys(mask_public, share_public)
+        unsigned = AdvertisedKeys(mask_public, share_public)
+        self.advertised = unsigned if identity is None else AdvertisedKeys(
+            mask_public, share_public, identity.certificate, identity.sign(unsigned.signed_message(session, site)))
         self._self_seed = os.urandom(KEY_BYTES)
         self._keys: dict[str, AdvertisedKeys] = {}  # the key exchange
         self._threshold = 0
@@ -62,6 +70,12 @@ class SecAggSite:
             raise SecAggError(f"site {self.site}: the server asks for a threshold of {threshold} among "
                               f"{len(holders)} sites; this site shares its secrets only with a threshold from {floor} "
                               f"to {len(holders)}")
+        if self.identity is not None:
+            for peer in holders:
+                if peer != self.site:
+                    advertised = keys[peer]
+                    self.identity.verify(peer, advertised.certificate, advertised.signature,
+                                         advertised.signed_message(self.session, peer))
         self._keys, self._threshold = dict(keys), threshold
         key_shares = split_secret(self._mask_key.private_bytes_raw(), threshold, holders)
         seed_shares = split_secret(self._self_seed, threshold, holders)

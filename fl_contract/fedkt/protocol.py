@@ -3,8 +3,10 @@
 Secure aggregation with dropout recovery (`fl_contract.secagg`) takes four of them:
 
     keys        server -> site: the announcement (session, classes, image size, autoencoder identity)
-                site -> server: {"mask_key": (32,) uint8, "share_key": (32,) uint8}, fresh X25519 public keys
-    shares      server -> site: {site name: (64,) uint8 mask key + share key} for the key exchange; meta threshold
+                site -> server: {"mask_key": (32,) uint8, "share_key": (32,) uint8}, fresh X25519 public keys, and
+                from a provisioned site {"certificate": PEM uint8, "signature": uint8} over both keys
+    shares      server -> site: {site name: (64,) uint8 mask key + share key} for the key exchange, with
+                "certificate/<site>" and "signature/<site>" of signing sites; meta threshold
                 site -> server: {peer name: (92,) uint8}, its encrypted Shamir shares for each peer
     statistics  server -> site: {"sender/recipient": (92,) uint8} every sharing site's ciphertexts; meta sites
                 site -> server: {"masked": (L,) uint64}, the fixed-point statistics plus self and pairwise masks
@@ -32,6 +34,8 @@ TASK_UNMASK = "unmask"
 TASK_EVALUATE = "evaluate"
 MASK_KEY = "mask_key"
 SHARE_KEY = "share_key"
+CERTIFICATE = "certificate"
+SIGNATURE = "signature"
 MASKED = "masked"
 SESSION = "session"
 THRESHOLD = "threshold"
@@ -80,21 +84,32 @@ def from_wire(array: Any) -> bytes:
 
 
 def keys_params(keys: AdvertisedKeys) -> dict[str, np.ndarray]:
-    return {MASK_KEY: to_wire(keys.mask_key), SHARE_KEY: to_wire(keys.share_key)}
+    signed = {CERTIFICATE: to_wire(keys.certificate), SIGNATURE: to_wire(keys.signature)} if keys.signature else {}
+    return {MASK_KEY: to_wire(keys.mask_key), SHARE_KEY: to_wire(keys.share_key), **signed}
 
 
 def read_keys(params: Mapping[str, Any]) -> AdvertisedKeys:
-    return AdvertisedKeys(from_wire(params[MASK_KEY]), from_wire(params[SHARE_KEY]))
+    return AdvertisedKeys(from_wire(params[MASK_KEY]), from_wire(params[SHARE_KEY]),
+                          from_wire(params.get(CERTIFICATE, [])), from_wire(params.get(SIGNATURE, [])))
 
 
 def key_exchange_params(keys: Mapping[str, AdvertisedKeys]) -> dict[str, np.ndarray]:
-    """Every site's two public keys, relayed with the shares task: mask key then share key, 64 bytes."""
-    return {site: to_wire(k.mask_key + k.share_key) for site, k in keys.items()}
+    """Every site's keys, relayed with the shares task: `<site>` mask key then share key (64 bytes), and for a
+    signing site `certificate/<site>` and `signature/<site>`."""
+    params = {site: to_wire(k.mask_key + k.share_key) for site, k in keys.items()}
+    for site, k in keys.items():
+        if k.signature:
+            params[CERTIFICATE + "/" + site] = to_wire(k.certificate)
+            params[SIGNATURE + "/" + site] = to_wire(k.signature)
+    return params
 
 
 def read_key_exchange(params: Mapping[str, Any]) -> dict[str, AdvertisedKeys]:
-    raw = {site: from_wire(value) for site, value in params.items()}
-    return {site: AdvertisedKeys(value[:32], value[32:]) for site, value in raw.items()}
+    def extra(kind: str, site: str) -> bytes:
+        return from_wire(params.get(f"{kind}/{site}", []))
+    raw = {site: from_wire(value) for site, value in params.items() if "/" not in site}
+    return {site: AdvertisedKeys(value[:32], value[32:], extra(CERTIFICATE, site), extra(SIGNATURE, site))
+            for site, value in raw.items()}
 
 
 def addressed_to(site: str, relayed: Mapping[str, Any]) -> dict[str, bytes]:

@@ -107,8 +107,9 @@ class SecureAggregation:
 
     def summary(self) -> dict[str, object]:
         """Who took part at each step, for results.json and the manifest."""
-        return {"threshold": self.threshold, "key_exchange": self.key_exchange, "shared": self.sharing,
-                "survivors": self.survivors, "dropped_after_sharing": self.dropped}
+        return {"threshold": self.threshold, "key_exchange": self.key_exchange,
+                "signed_keys": sorted(site for site, keys in self.keys.items() if keys.signature),
+                "shared": self.sharing, "survivors": self.survivors, "dropped_after_sharing": self.dropped}
 
     def _quorum(self, received: Mapping[str, object], expected: list[str], step: str) -> list[str]:
         strangers = sorted(set(received) - set(expected))

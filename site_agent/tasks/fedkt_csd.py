@@ -21,6 +21,7 @@ from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
 from site_agent.fedkt.export import ExportSettings, payload_sha256, read_export
 from site_agent.fedkt.site_data import load_split, read_images, statistics_vector
 from site_agent.policy import PolicyInForce
+from site_agent.secagg_identity import SigningIdentity
 from site_agent.secure_agg import SecAggSite
 from site_agent.tasks.executor import SiteContext, TaskExecutor
 
@@ -50,7 +51,8 @@ class FedKTCSDTask(TaskExecutor):
                                               self._loaded.identity)
         policy = PolicyInForce.read(ctx.workspace_dir / "local").policy  # the site's floor, if it set one
         floor = max(MIN_SITES, policy.min_secure_aggregation_sites if policy else MIN_SITES)
-        self._secagg = SecAggSite(ctx.site_name, session, min_threshold=floor)
+        identity = SigningIdentity.from_kit(ctx.workspace_dir)  # None in the simulator: no startup kit
+        self._secagg = SecAggSite(ctx.site_name, session, min_threshold=floor, identity=identity)
         return FLModel(params=protocol.keys_params(self._secagg.advertised))
 
     def task_shares(self, model: FLModel, ctx: SiteContext) -> FLModel:

@@ -82,8 +82,9 @@ def test_a_site_killed_after_sharing_its_keys_is_removed_and_the_release_is_the_
 
     results = outcome.results()
     assert killed == 1 and outcome.completed, outcome.refusal()
-    assert results["secure_aggregation"] == {"threshold": 3, "key_exchange": SITES, "shared": SITES,
-                                             "survivors": SITES[:3], "dropped_after_sharing": ["site-4"]}
+    assert results["secure_aggregation"] == {"threshold": 3, "key_exchange": SITES, "signed_keys": SITES,
+                                             "shared": SITES, "survivors": SITES[:3],
+                                             "dropped_after_sharing": ["site-4"]}
     assert any("site-4 shared their keys but sent no masked statistics" in w for w in results["warnings"])
     released = np.load(outcome.server_app_dir() / "dp_statistics.npz")
     expected = _release_of(workspace, SITES[:3])
