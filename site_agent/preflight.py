@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import ssl
 import sys
@@ -163,8 +164,12 @@ def _check_dataset(config: SiteConfig, site_name: str, key: str, deep: bool, pro
         folder = config.data_dir(key, site_name)
     except SiteConfigError as exc:
         return CheckResult(name, FAIL, str(exc), _FIX_CONFIG)
-    if not any(folder.iterdir()):
-        return CheckResult(name, FAIL, f"{folder}: empty", "copy or generate the site's data there")
+    if not any(folder.iterdir()):  # an inference job's output folder starts empty; a data folder must not
+        if not os.access(folder, os.W_OK):
+            return CheckResult(name, FAIL, f"{folder}: empty and not writable by this user",
+                               "copy the site's data there, or make it writable if a job writes its output there")
+        return CheckResult(name, WARN, f"{folder}: empty; fine for an output folder (brats-inference writes its "
+                           "label maps there)", "if this key names input data, copy or generate the site's data there")
     try:
         found = inspect_folder(folder, deep, None if progress is None else partial(progress, key))
     except DataError as exc:
