@@ -1,4 +1,5 @@
-"""What every GPU benchmark shares: refuse to run without CUDA (exit status 2, saying why), time on the GPU."""
+"""What every GPU benchmark shares: refuse to run without CUDA (exit status 2, saying why), time on the GPU, print
+the result and (`--write-readme`) put it between the benchmark's markers in bench/README.md."""
 
 from __future__ import annotations
 
@@ -30,3 +31,13 @@ def timed(work: Callable[[], object]) -> tuple[float, float]:
     work()
     torch.cuda.synchronize()
     return time.perf_counter() - start, torch.cuda.max_memory_allocated() / 2**30
+
+
+def publish(section: str, text: str, write_readme: bool) -> None:
+    """Print `text`; with `write_readme`, also replace the `section` markers' content in bench/README.md."""
+    print(text)
+    if write_readme:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from readme_section import write_section
+
+        write_section(section, text)

@@ -11,7 +11,7 @@ once into the site's cache (`load_site_data`, memory cache); then, at the BraTS 
 The loader is not the bottleneck when together / step >= 0.95 (and loader / step >= 1). Exits with status 2 and a
 message where there is no CUDA GPU.
 
-    python bench/gpu/loader_vs_step.py [--cases 8 --workers 0 4 8 --epochs 3 --roi 224 224 144 --batch 1]
+    python bench/gpu/loader_vs_step.py [--cases 8 --workers 0 4 8 --epochs 3 --roi 224 224 144 --batch 1] [--write-readme]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import torch
-from cuda_only import NO_CUDA, require_cuda, timed
+from cuda_only import NO_CUDA, publish, require_cuda, timed
 
 
 def main() -> int:
@@ -35,6 +35,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 4, 8])
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--filters", type=int, default=16)
+    parser.add_argument("--write-readme", action="store_true", help="also put the table into bench/README.md")
     args = parser.parse_args()
     device = require_cuda(__file__)
     if device is None:
@@ -89,16 +90,16 @@ def main() -> int:
 
         rows.append((workers, loader_rate, steps / timed(together)[0]))
 
-    print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}; {args.cases} synthetic cases "
-          f"{args.shape} (written in {written:.0f} s, read and cached in {cached:.0f} s), ROI {args.roi}, batch "
-          f"{args.batch}, {len(data.split.train)} training cases x {args.epochs} epochs = {steps} steps, "
-          f"{select_precision(device).describe()}, {torch.get_num_threads()} CPU threads\n")
-    print(f"training step alone (batches on the GPU): {step_rate:.2f} batches/s\n")
-    print("| loader workers | loader alone (batches/s) | loader / step | loader + training (batches/s) | "
-          "together / step |\n| ---: | ---: | ---: | ---: | ---: |")
-    for workers, loader_rate, together_rate in rows:
-        print(f"| {workers} | {loader_rate:.2f} | {loader_rate / step_rate:.2f} | {together_rate:.2f} | "
-              f"{together_rate / step_rate:.3f} |")
+    lines = [f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}; {args.cases} synthetic cases "
+             f"{args.shape} (written in {written:.0f} s, read and cached in {cached:.0f} s), ROI {args.roi}, batch "
+             f"{args.batch}, {len(data.split.train)} training cases x {args.epochs} epochs = {steps} steps, "
+             f"{select_precision(device).describe()}, {torch.get_num_threads()} CPU threads; training step alone "
+             f"(batches on the GPU): {step_rate:.2f} batches/s",
+             "", "| loader workers | loader alone (batches/s) | loader / step | loader + training (batches/s) | "
+             "together / step |", "| ---: | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {workers} | {loader_rate:.2f} | {loader_rate / step_rate:.2f} | {together_rate:.2f} | "
+              f"{together_rate / step_rate:.3f} |" for workers, loader_rate, together_rate in rows]
+    publish("gpu_loader_vs_step", "\n".join(lines), args.write_readme)
     return 0
 
 

@@ -9,7 +9,7 @@ capability >= 8.0), the bare loop in that same precision, and MONAI's BraTS tuto
 autocast + GradScaler). Bare loops are measured before and after ours; the ratio is ours / the bare loop in the
 same precision (goal >= 0.95). Exits with status 2 and a message where there is no CUDA GPU.
 
-    python bench/gpu/segmentation_amp.py [--roi 224 224 144 --batch 1 --steps 20 --warmup 3 --filters 16]
+    python bench/gpu/segmentation_amp.py [--roi 224 224 144 --batch 1 --steps 20 --warmup 3 --filters 16] [--write-readme]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 
 import torch
-from cuda_only import NO_CUDA, require_cuda, timed
+from cuda_only import NO_CUDA, publish, require_cuda, timed
 
 Batches = list[dict[str, torch.Tensor]]
 
@@ -31,6 +31,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--filters", type=int, default=16)
+    parser.add_argument("--write-readme", action="store_true", help="also put the table into bench/README.md")
     args = parser.parse_args()
     device = require_cuda(__file__)
     if device is None:
@@ -96,14 +97,14 @@ def main() -> int:
     estimate = estimate_training_memory(segresnet(init_filters=args.filters), len(REGIONS), precision)
     reference = (rows[0][1] + rows[2][1]) / 2
 
-    print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, CUDA {torch.version.cuda}; SegResNet "
-          f"init_filters {args.filters}, ROI {args.roi}, batch {args.batch}, {args.steps} steps after {args.warmup}\n")
-    print("| loop | images/s | ratio to the bare loop in the site's precision | peak memory (GiB) |")
-    print("| --- | ---: | ---: | ---: |")
-    for name, rate, memory in rows:
-        print(f"| {name} | {rate:.2f} | {rate / reference:.3f} | {memory:.2f} |")
-    print(f"\nsite memory estimate at task start (site_agent.segmentation.memory): "
-          f"{estimate.total(args.batch, args.roi) / GIB:.2f} GiB vs measured peak {rows[1][2]:.2f} GiB")
+    lines = [f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, CUDA {torch.version.cuda}; SegResNet "
+             f"init_filters {args.filters}, ROI {args.roi}, batch {args.batch}, {args.steps} steps after {args.warmup}",
+             "", "| loop | images/s | ratio to the bare loop in the site's precision | peak memory (GiB) |",
+             "| --- | ---: | ---: | ---: |"]
+    lines += [f"| {name} | {rate:.2f} | {rate / reference:.3f} | {memory:.2f} |" for name, rate, memory in rows]
+    lines += ["", f"Site memory estimate at task start (site_agent.segmentation.memory): "
+              f"{estimate.total(args.batch, args.roi) / GIB:.2f} GiB; measured peak {rows[1][2]:.2f} GiB."]
+    publish("gpu_segmentation_amp", "\n".join(lines), args.write_readme)
     return 0
 
 
