@@ -1,7 +1,9 @@
 """FedKT-CSD in `fl-demo`: ISIC-format demo sites, the demo autoencoder (trained once, then cached), a summary.
 
-The demo autoencoder takes a minute or two to train on 2 CPU cores; it is kept in the user's cache
-(`$XDG_CACHE_HOME/hospital-fl/`, else `~/.cache/hospital-fl/`) and copied into each demo workspace.
+The demo autoencoder takes a few minutes to train on 2 CPU cores; it is kept in the user's cache
+(`$XDG_CACHE_HOME/hospital-fl/`, else `~/.cache/hospital-fl/`) and copied into each demo workspace. Its stored
+quality (quality.json: reconstruction PSNR, the reconstruction classifier's score) heads the summary, since it
+caps what the synthetic set can teach.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from jobs.admin import JobOutcome
 from jobs.demo_data import isic_demo_site
 from jobs.demo_job import DemoJob
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
-from site_agent.fedkt.demo_autoencoder import train_demo_autoencoder
+from site_agent.fedkt.demo_autoencoder import describe_quality, read_quality, train_demo_autoencoder
 
-CACHE_NAME = "demo-dcae-v1"
+CACHE_NAME = "demo-dcae-v2"  # v2: many skin tints, colour term, quality.json
 
 
 def _cache_dir() -> Path:
@@ -51,7 +53,8 @@ def summary(outcome: JobOutcome) -> str:
     results = json.loads((out / "results.json").read_text())
     manifest = json.loads((out / "manifest.json").read_text())
     counts = "counts public" if manifest["count_multiplier"] is None else f"{manifest['count_multiplier']:.2f} (counts)"
-    lines = [f"DP release: epsilon {manifest['epsilon']}, delta {manifest['delta']}, R {manifest['clip_norm']:.2f}, "
+    lines = [describe_quality(read_quality(_cache_dir())),
+             f"DP release: epsilon {manifest['epsilon']}, delta {manifest['delta']}, R {manifest['clip_norm']:.2f}, "
              f"{manifest['adjacency']}, noise multiplier {manifest['noise_multiplier']:.4f} (sums, outer products), "
              f"{counts}",
              "per class: records (noisy), noise/signal of the mean and the covariance, share of the trace that is noise:"]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,19 +13,58 @@ import torch
 from fl_contract.models.dcae import CLIP_NORM_FILE, load_autoencoder
 from server_app.server_config import ServerConfig, ServerConfigError, write_server_config
 from site_agent.cli import main
-from site_agent.fedkt.demo_autoencoder import median_latent_norm, public_images
+from site_agent.fedkt.demo_autoencoder import (
+    measure_quality,
+    median_latent_norm,
+    psnr_db,
+    public_images,
+    read_quality,
+)
+
+TINY_RUN = ["--images", "16", "--steps", "2", "--batch-size", "4", "--quality-images", "24",
+            "--quality-classifier-steps", "2"]
 
 
-def test_command_saves_a_loadable_autoencoder_with_r_the_median_public_latent_norm(tmp_path):
-    code = main(["fedkt", "train-demo-autoencoder", "--out", str(tmp_path / "demo-ae"), "--images", "16",
-                 "--steps", "2", "--batch-size", "4"])
+@pytest.fixture(scope="module")
+def command_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, str]:
+    """The command on a tiny run: (exit code, the folder it wrote, what it printed)."""
+    folder = tmp_path_factory.mktemp("demo") / "demo-ae"
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        code = main(["fedkt", "train-demo-autoencoder", "--out", str(folder), *TINY_RUN])
+    return code, folder, output.getvalue()
 
-    loaded = load_autoencoder(tmp_path / "demo-ae")
-    record = json.loads((tmp_path / "demo-ae" / CLIP_NORM_FILE).read_text())
+
+def test_command_saves_a_loadable_autoencoder_with_r_the_median_public_latent_norm(command_run):
+    code, folder, _ = command_run
+
+    loaded = load_autoencoder(folder)
+    record = json.loads((folder / CLIP_NORM_FILE).read_text())
     assert code == 0
     assert loaded.clip_norm == record["clip_norm"]
     assert loaded.clip_norm == median_latent_norm(loaded.model, public_images(16))
     assert "median latent norm of 16 public synthetic" in record["provenance"]
+
+
+def test_stored_quality_is_recomputed_from_the_saved_folder(command_run):
+    _, folder, printed = command_run
+
+    stored = read_quality(folder)
+    recomputed = measure_quality(load_autoencoder(folder).model, 24, classifier_min_steps=2)
+
+    assert stored is not None and stored["held_out"] == recomputed["held_out"]
+    assert stored["held_out"]["test_images"] == 8
+    assert stored["psnr_db"] == recomputed["psnr_db"]
+    assert stored["balanced_accuracy_reconstructions"] == recomputed["balanced_accuracy_reconstructions"]
+    assert stored["balanced_accuracy_real"] == recomputed["balanced_accuracy_real"]
+    assert f"reconstruction PSNR {stored['psnr_db']:.1f} dB" in printed
+
+
+def test_psnr_of_a_known_error():
+    """An error of 0.1 on every pixel is an MSE of 0.01: 20 dB."""
+    images = torch.full((2, 3, 4, 4), 0.5)
+
+    assert psnr_db(images + 0.1, images) == pytest.approx(20.0)
 
 
 def test_public_images_are_fixed_by_their_seed_and_in_unit_range():
