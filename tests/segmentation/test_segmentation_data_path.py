@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import pytest
 import torch
+from nvflare.apis.signal import Signal
+from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
 import site_agent.data.brats_case as brats_case
+from fl_contract.models import build_model, state_dict_to_numpy
 from fl_contract.models.segmentation import segresnet
 from fl_contract.precision import choose_precision
 from fl_contract.segmentation import VAL
+from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.segmentation.data import load_site_data
 from site_agent.segmentation.memory import GIB, GpuMemoryError, MemoryEstimate, check_training_memory, estimate_training_memory
+from site_agent.site_config import ComputeSettings, SiteConfig
+from site_agent.tasks.executor import SiteContext
 
 ROI = (8, 8, 8)
 
@@ -114,3 +120,19 @@ def test_the_memory_estimate_is_measured_from_the_network_and_its_precision():
     assert 0.3 < half.per_voxel / full.per_voxel < 0.8  # 16-bit activations, float32 normalisation statistics
     assert 1.6 < wide.per_voxel / full.per_voxel < 2.4  # twice the channels at every level
     assert full.fixed > 4 * 4 * sum(p.numel() for p in net.parameters())  # weights, gradients, Adam's two moments
+
+
+def test_the_site_task_takes_its_cache_and_workers_from_the_site_config_not_the_job(tmp_path):
+    write_brats_site(tmp_path / "brats", 1, n_cases=4, shape=(12, 12, 12), layout="nifti")
+    task = KIND.site_task_component(SegmentationParams(**{**CPU_DEMO, "roi_size": ROI}, tracking=False)).instantiate()
+    config = SiteConfig(tmp_path / "site_agent.json", {"brats": str(tmp_path / "brats")},
+                        compute=ComputeSettings(loader_workers=1, data_cache="disk"))
+    ctx = SiteContext("site-1", config, torch.device("cpu"), tmp_path / "workspace", Signal())
+    torch.manual_seed(0)
+    model = FLModel(params=state_dict_to_numpy(build_model("segresnet", **task.model_args)), params_type=ParamsType.FULL,
+                    current_round=0, total_rounds=1)
+
+    sent = task.task_train(model, ctx)
+
+    cached = list((tmp_path / "workspace" / "data_cache" / "segmentation").rglob("*.pt"))
+    assert len(cached) == 4 and sent.params and torch.isfinite(torch.tensor(sent.metrics["train_loss"]))
