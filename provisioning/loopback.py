@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import psutil
 import yaml
 
 from provisioning.provision import Federation
+from site_agent.processes import kill_processes, stop_process_tree
 
 if TYPE_CHECKING:
     from nvflare.fuel.flare_api.flare_api import Session
@@ -133,29 +133,19 @@ class LoopbackFederation:
         """Terminate one participant and all its descendants by PID (SIGTERM, then SIGKILL after `grace`)."""
         participant = self.participants[name]
         processes = processes if processes is not None else self._process_tree(name)
-        try:
-            os.killpg(participant.process.pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for proc in processes:
-            try:
-                proc.terminate()
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(processes, timeout=grace)
-        _kill(alive)
+        stop_process_tree(participant.process.pid, processes, grace)
         participant.process.wait(timeout=5.0)
 
     def kill_participant(self, name: str) -> None:
         """Kill one participant and its job processes at once (SIGKILL, by PID), as a crash or power loss would."""
-        _kill(self._process_tree(name))
+        kill_processes(self._process_tree(name))
         self.participants[name].process.wait(timeout=10.0)
 
     def kill_job_processes(self, name: str) -> int:
         """Kill the job worker processes of one participant (SIGKILL), leaving its client or server up; returns how
         many were killed."""
         workers = [p for p in self._process_tree(name) if _is_job_worker(p)]
-        _kill(workers)
+        kill_processes(workers)
         return len(workers)
 
     def __enter__(self) -> LoopbackFederation:
@@ -173,12 +163,3 @@ def _is_job_worker(process: psutil.Process) -> bool:
     except psutil.NoSuchProcess:
         return False
 
-
-def _kill(processes: list[psutil.Process]) -> None:
-    """SIGKILL each process (gone ones are skipped) and wait for them to end."""
-    for proc in processes:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(processes, timeout=10.0)

@@ -36,6 +36,7 @@ import psutil
 
 from site_agent.kit import KitError, SiteKit, certificate_organisation
 from site_agent.preflight import FAIL, CheckResult, check_certificate, check_policy, check_server, format_table
+from site_agent.processes import stop_process_tree
 
 CLIENT_MODULE = "nvflare.private.fed.app.client.client_train"
 REGISTERED = "Successfully registered client:"  # FLARE 2.9, nvflare/private/fed/client/fed_client_base.py
@@ -148,28 +149,12 @@ class FlareClient:
     def stop(self, grace: float = STOP_GRACE_S) -> None:
         """SIGTERM to the client's process group and to every process it started, SIGKILL to what is left after `grace`."""
         self.track()
-        workers = list(self._descendants.values())
         try:
-            os.killpg(self.pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for proc in workers:
-            try:
-                proc.terminate()
-            except psutil.NoSuchProcess:
-                pass
-        try:
-            self.process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        _, alive = psutil.wait_procs(workers, timeout=grace)
-        for proc in alive:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(alive, timeout=5.0)
+            client = [psutil.Process(self.pid)]
+        except psutil.NoSuchProcess:
+            client = []
+        stop_process_tree(self.pid, [*client, *self._descendants.values()], grace)
+        self.process.wait()
 
 
 @dataclass(frozen=True)
