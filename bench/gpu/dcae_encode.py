@@ -1,8 +1,8 @@
 """FedKT-CSD encoding with DC-AE f32c32 on a CUDA GPU: images/s of the site's path vs the bare encoder and vs the
 GPU's bfloat16 limit for this encoder.
 
-The autoencoder is diffusers' `AutoencoderDC` in the published "dc-ae-f32c32-in-1.0" configuration (diffusers'
-scripts/convert_dcae_to_diffusers.py), built here with random weights from seed 0: nothing is downloaded, and the
+The autoencoder is diffusers' `AutoencoderDC` in the published "dc-ae-f32c32-in-1.0" configuration
+(`fl_contract.models.dcae.f32c32_config`), built here with random weights from seed 0: nothing is downloaded, and the
 speed does not depend on the weights. The encoder has 123M parameters; a 64 x 64 image gives a (32, 2, 2) latent.
 
 - bare encoder: `model.encode(x).latent` on images already on the GPU, batches of the site's default GPU size, in the
@@ -24,26 +24,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from typing import Any
 
 import torch
 from cuda_only import NO_CUDA, publish, require_cuda, timed
-
-BLOCKS = ("ResBlock",) * 3 + ("EfficientViTBlock",) * 3
-
-
-def dc_ae_f32c32_config() -> dict[str, Any]:
-    """diffusers' AutoencoderDC arguments for the published dc-ae-f32c32-in-1.0."""
-    channels = (128, 256, 512, 512, 1024, 1024)
-    return {
-        "in_channels": 3, "latent_channels": 32,
-        "encoder_block_types": BLOCKS, "decoder_block_types": BLOCKS,
-        "encoder_block_out_channels": channels, "decoder_block_out_channels": channels,
-        "encoder_layers_per_block": (0, 4, 8, 2, 2, 2), "decoder_layers_per_block": (0, 5, 10, 2, 2, 2),
-        "encoder_qkv_multiscales": ((),) * 6, "decoder_qkv_multiscales": ((),) * 6,
-        "decoder_norm_types": ("batch_norm",) * 3 + ("rms_norm",) * 3,
-        "decoder_act_fns": ("relu",) * 3 + ("silu",) * 3,
-    }
 
 
 def main() -> int:
@@ -61,11 +44,12 @@ def main() -> int:
     from torch.utils.flop_counter import FlopCounterMode
 
     from fl_contract.device import probe_gpu
+    from fl_contract.models.dcae import f32c32_config
     from fl_contract.precision import select_precision
     from site_agent.fedkt.stats import default_encode_batch_size, encode_latents, site_statistics
 
     torch.manual_seed(0)
-    model = AutoencoderDC(**dc_ae_f32c32_config()).requires_grad_(False).eval().to(device)
+    model = AutoencoderDC(**f32c32_config()).requires_grad_(False).eval().to(device)
     precision = select_precision(device)
     batch = default_encode_batch_size(device)
     generator = torch.Generator().manual_seed(1)

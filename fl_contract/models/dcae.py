@@ -59,6 +59,22 @@ def tiny_dcae_config() -> dict[str, Any]:
     }
 
 
+def f32c32_config() -> dict[str, Any]:
+    """The AutoencoderDC arguments of the published dc-ae-f32c32-in-1.0 (diffusers' convert_dcae_to_diffusers.py):
+    to build it with random weights where only its size matters (GPU benchmarks), never to replace its weights."""
+    block_types = ("ResBlock",) * 3 + ("EfficientViTBlock",) * 3
+    channels = (128, 256, 512, 512, 1024, 1024)
+    return {
+        "in_channels": 3, "latent_channels": 32,
+        "encoder_block_types": block_types, "decoder_block_types": block_types,
+        "encoder_block_out_channels": channels, "decoder_block_out_channels": channels,
+        "encoder_layers_per_block": (0, 4, 8, 2, 2, 2), "decoder_layers_per_block": (0, 5, 10, 2, 2, 2),
+        "encoder_qkv_multiscales": ((),) * 6, "decoder_qkv_multiscales": ((),) * 6,
+        "decoder_norm_types": ("batch_norm",) * 3 + ("rms_norm",) * 3,
+        "decoder_act_fns": ("relu",) * 3 + ("silu",) * 3,
+    }
+
+
 def build_tiny_dcae(seed: int = 0) -> AutoencoderDC:
     """The tiny test autoencoder with weights drawn from `torch.manual_seed(seed)` (meaningless images)."""
     torch.manual_seed(seed)

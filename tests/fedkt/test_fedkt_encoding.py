@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from diffusers import AutoencoderDC
 
 from fl_contract.fedkt.wire import RING_DTYPE
-from fl_contract.models.dcae import build_tiny_dcae
+from fl_contract.models.dcae import build_tiny_dcae, f32c32_config, latent_shape
 from site_agent.fedkt.stats import ENCODE_BATCH_SIZE, default_encode_batch_size, encode_latents, site_statistics
 
 
@@ -32,3 +33,11 @@ def test_any_site_batch_size_keeps_the_sums_independent_of_the_partition():
     np.testing.assert_array_equal(np.sum(sites, axis=0, dtype=RING_DTYPE), one_site)
     assert latents.dtype == torch.float32 and latents.shape == (n, 128)
     torch.testing.assert_close(latents, encode_latents(model, images), rtol=0, atol=1e-4)  # other kernels, same latents
+
+
+def test_the_published_f32c32_configuration_builds_its_123m_parameter_encoder():
+    with torch.device("meta"):  # sizes only: no memory, no weights
+        model = AutoencoderDC(**f32c32_config())
+
+    assert sum(p.numel() for p in model.encoder.parameters()) == 123_172_384
+    assert latent_shape(model, 64) == (32, 2, 2)
