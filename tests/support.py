@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,3 +108,13 @@ class FedKTRelay:
     def secure_sum(self, announcement: FLModel, min_sites: int = 3) -> np.ndarray:
         session = announcement.meta["session"]
         return secure_sum(SecureAggregation(session, min_sites), announcement.meta, self.send, print, print)
+
+
+def wait_for_server_log(federation: Federation, job_id: str, text: str, timeout: float = 180.0) -> None:
+    """Return as soon as the server's log of the job shows `text` (polled every 50 ms): the moment to strike."""
+    log = federation.kit(federation.server) / job_id / "log.txt"
+    deadline = time.monotonic() + timeout
+    while not (log.is_file() and text in log.read_text(errors="replace")):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the server log of job {job_id} did not show {text!r} within {timeout:.0f} s")
+        time.sleep(0.05)

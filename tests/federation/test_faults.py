@@ -15,13 +15,18 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from nvflare.fuel.flare_api.flare_api import Session
-from support import ADMIN, SITES, provision_demo_federation
+from support import ADMIN, SITES, provision_demo_federation, wait_for_server_log
 
+from fl_contract.models import build_model
+from fl_contract.segmentation import MODEL
 from jobs.admin import follow_job
 from jobs.common import build_job, export
 from jobs.demo_data import isic_demo_site
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
+from jobs.inference.spec import KIND as INFERENCE_KIND
+from jobs.inference.spec import InferenceParams
 from jobs.playerfl.demo import DEMO_JOB_ARGS
 from jobs.playerfl.spec import KIND as PLAYERFL
 from jobs.playerfl.spec import PLayerFLParams
@@ -30,7 +35,10 @@ from jobs.segmentation.spec import KIND as SEGMENTATION
 from jobs.spec import JobKind, JobParams
 from provisioning.loopback import LoopbackFederation
 from provisioning.provision import Federation
+from server_app.results import BEST_MODEL_FILE
+from server_app.server_config import write_server_config
 from site_agent.data.linear_demo import generate_linear_sites
+from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.site_config import SiteConfig, write_site_config
 
 pytestmark = pytest.mark.federation
@@ -41,9 +49,18 @@ def fault_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     """A federation of its own: these tests kill its processes."""
     workspace = tmp_path_factory.mktemp("faults")
     federation = provision_demo_federation(workspace)
-    for index, site in enumerate(SITES, start=1):  # PLayer-FL's ISIC-format data beside the linear and glioma data
+    for index, site in enumerate(SITES, start=1):  # PLayer-FL's ISIC data and cases to segment beside the others
         datasets = dict(SiteConfig.for_kit(federation.kit(site)).datasets)
-        write_site_config(federation.kit(site), {**datasets, "isic": isic_demo_site(index, site, workspace / "data")})
+        cases, results = workspace / "data" / site / "to-segment", workspace / "data" / site / "segmented"
+        write_brats_site(cases, index, n_cases=INFERENCE_CASES, shape=(48, 48, 48), layout="nifti")
+        results.mkdir()
+        write_site_config(federation.kit(site), {**datasets, "isic": isic_demo_site(index, site, workspace / "data"),
+                                                 "brats_inference": str(cases), "brats_results": str(results)})
+    models = workspace / "server-models" / "run-1"  # the model an inference job sends: any SegResNet of the right shape
+    models.mkdir(parents=True)
+    torch.manual_seed(0)
+    torch.save(build_model(MODEL, **INFERENCE.model_args()).state_dict(), models / BEST_MODEL_FILE)
+    write_server_config(federation.kit(federation.server), {"run-1": str(models)})
     loopback = LoopbackFederation(federation)
     try:
         loopback.start_server()
@@ -166,6 +183,9 @@ def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_f
     assert results["rounds"][-1]["global_weights"]["weight"] == pytest.approx(_reference_weights(rounds), abs=1e-5)
 
 
+INFERENCE_CASES = 8  # 48^3 each: seconds of work per site, time to strike mid-job
+INFERENCE = InferenceParams(model="run-1", min_clients=2, **{k: CPU_DEMO[k] for k in (
+    "roi_size", "init_filters", "blocks_down", "blocks_up", "dropout_prob")})
 GAUNTLET: dict[str, tuple[JobKind[Any], JobParams]] = {
     "brats-segmentation": (SEGMENTATION, SegmentationParams(num_rounds=3, min_clients=2, tracking=False, **CPU_DEMO)),
     "playerfl": (PLAYERFL, PLayerFLParams(**{**DEMO_JOB_ARGS, "num_rounds": 3, "local_epochs": 1, "min_clients": 2})),
@@ -208,3 +228,41 @@ def test_job_kind_survives_a_dead_site_a_server_restart_and_an_abort(fault_feder
     assert without_site_3 and "no answer" in without_site_3[0]["outcomes"]["site-3"]
     assert aborted.status == "FINISHED:ABORTED" and aborted.results()["status"] == "aborted"
     assert len(aborted.results()["rounds"]) >= 1
+
+
+def test_inference_goes_on_without_a_dead_site_and_stops_named_on_a_server_restart_or_an_abort(fault_federation,
+                                                                                             tmp_path):
+    """brats-inference is one task: a site killed during it is named and the others' cases are segmented; the
+    server killed during it closes the job with 'submit it again'; an abort stops it."""
+    federation, loopback = fault_federation
+    job_dir = export(build_job(INFERENCE_KIND, INFERENCE), tmp_path)
+    session = loopback.session(ADMIN)
+    try:
+        finished_id = _submit(session, job_dir)
+        wait_for_server_log(federation, finished_id, "to the sites")
+        loopback.kill_participant("site-3")
+        finished = follow_job(session, finished_id, timeout=300, progress=None)
+        interrupted = _submit(session, job_dir)
+        wait_for_server_log(federation, interrupted, "to the sites")
+        loopback.kill_participant(federation.server)
+    finally:
+        session.close()
+    loopback.start_server()
+    loopback.start_site("site-3")
+    loopback.wait_for_sites(ADMIN, SITES)
+    session = loopback.session(ADMIN)
+    try:
+        closed = follow_job(session, interrupted, timeout=120, progress=None)
+        aborted_id = _submit(session, job_dir)
+        wait_for_server_log(federation, aborted_id, "to the sites")
+        session.abort_job(aborted_id)
+        aborted = follow_job(session, aborted_id, timeout=120, progress=None)
+    finally:
+        session.close()
+
+    results = finished.results()
+    assert finished.completed and results["status"] == "finished", finished.refusal()
+    assert results["no_result"] == ["site-3"] and sorted(results["sites"]) == ["site-1", "site-2"]
+    assert all(r["cases_segmented"] == INFERENCE_CASES for r in results["sites"].values())
+    assert closed.status == "FINISHED:ABNORMAL" and "submit it again" in closed.meta.get("interrupted", "")
+    assert aborted.status == "FINISHED:ABORTED" and aborted.results()["status"] == "aborted"

@@ -5,13 +5,12 @@ with the reason: submit it again) and an abort (stopped, nothing released). Proc
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from support import ADMIN
+from support import ADMIN, wait_for_server_log
 
 from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.fedkt.wire import RING_DTYPE, from_ring
@@ -58,15 +57,6 @@ def fedkt_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
         loopback.stop(ADMIN)
 
 
-def _wait_for_log(federation: Federation, job_id: str, text: str, timeout: float = 180.0) -> None:
-    log = federation.kit(federation.server) / job_id / "log.txt"
-    deadline = time.monotonic() + timeout
-    while not (log.is_file() and text in log.read_text(errors="replace")):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the server log of job {job_id} did not show {text!r} within {timeout:.0f} s")
-        time.sleep(0.05)
-
-
 def test_a_site_killed_after_sharing_its_keys_is_removed_and_the_release_is_the_others_exactly(fedkt_federation,
                                                                                                 tmp_path):
     federation, loopback, workspace = fedkt_federation
@@ -74,7 +64,7 @@ def test_a_site_killed_after_sharing_its_keys_is_removed_and_the_release_is_the_
     session = loopback.session(ADMIN)
     try:
         job_id = str(session.submit_job(str(job_dir)))
-        _wait_for_log(federation, job_id, "shared their keys; requesting masked statistics")
+        wait_for_server_log(federation, job_id, "shared their keys; requesting masked statistics")
         killed = loopback.kill_job_processes("site-4")
         outcome = follow_job(session, job_id, timeout=300, progress=None)
     finally:
@@ -98,7 +88,7 @@ def test_the_server_killed_mid_job_closes_it_with_the_reason_and_an_abort_stops_
     session = loopback.session(ADMIN)
     try:
         interrupted = str(session.submit_job(str(job_dir)))
-        _wait_for_log(federation, interrupted, "requesting masked statistics")
+        wait_for_server_log(federation, interrupted, "requesting masked statistics")
         loopback.kill_participant(federation.server)
     finally:
         session.close()
@@ -108,7 +98,7 @@ def test_the_server_killed_mid_job_closes_it_with_the_reason_and_an_abort_stops_
     try:
         closed = follow_job(session, interrupted, timeout=120, progress=None)
         aborted_id = str(session.submit_job(str(job_dir)))
-        _wait_for_log(federation, aborted_id, "requesting masked statistics")
+        wait_for_server_log(federation, aborted_id, "requesting masked statistics")
         session.abort_job(aborted_id)
         aborted = follow_job(session, aborted_id, timeout=120, progress=None)
     finally:
