@@ -68,7 +68,7 @@ class FedKTCSDTask(TaskExecutor):
             vector = read_export(ctx.data_dir(self.reviewed_statistics), settings, self._loaded.identity)
         else:
             vector = statistics_vector(self._loaded, ctx.data_dir(self.dataset), self.classes, self.image_size,
-                                       self.holdout_fraction, self.seed)
+                                       self.holdout_fraction, self.seed, ctx.config.compute.encode_batch_size)
         self.note_for_audit(statistics_sha256=payload_sha256(vector))  # matches the reviewed export's payload_sha256
         masked = secagg.mask(vector, model.meta[protocol.SITES], protocol.addressed_to(ctx.site_name, model.params))
         return FLModel(params={protocol.MASKED: masked})
