@@ -10,9 +10,18 @@ from pathlib import Path
 import pytest
 from support import ADMIN, SITES, SUPER_ADMIN, free_port
 
+from fl_contract.segmentation import INFERENCE_KEYS
 from jobs.admin import submit_and_wait
+from jobs.common import build_job, export
+from jobs.inference.spec import KIND as INFERENCE
+from jobs.inference.spec import InferenceParams
+from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
+from jobs.segmentation.spec import KIND as SEGMENTATION
 from provisioning.provision import customise, load_template, provision
+from server_app.server_config import ServerConfig, write_server_config
+from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.preflight import run_checks
+from site_agent.site_config import SiteConfig, write_site_config
 
 pytestmark = pytest.mark.federation
 
@@ -159,3 +168,47 @@ def test_check_passes_for_a_good_site_kit(running_federation):
 
     assert [r.name for r in results if r.status == "FAIL"] == []
     assert {r.name: r.status for r in results}["server"] == "OK"
+
+
+def test_inference_after_training_writes_nifti_and_dicom_seg_at_each_site_and_sends_only_counts(running_federation,
+                                                                                                tmp_path):
+    federation = running_federation.federation
+    architecture = {k: v for k, v in CPU_DEMO.items() if k in ("roi_size", "init_filters", "blocks_down", "blocks_up",
+                                                                "dropout_prob")}
+    configs = {site: federation.kit(site) / "local" / "site_agent.json" for site in SITES}
+    server_config = federation.kit(federation.server) / "local" / "server_app.json"
+    kept = {path: path.read_text() for path in [*configs.values(), server_config] if path.exists()}  # shared: restored
+    case_ids = {}
+    for index, site in enumerate(SITES, start=1):
+        case_ids[site] = [c.case_id for c in write_brats_site(tmp_path / site / "cases", index, n_cases=1,
+                                                              shape=(32, 32, 32), layout="dicom")]
+        (tmp_path / site / "results").mkdir()
+        config = SiteConfig.load(configs[site])
+        write_site_config(federation.kit(site), {**{k: str(config.data_dir(k, site)) for k in ("linear", "brats")},
+                                                 "brats_inference": str(tmp_path / site / "cases"),
+                                                 "brats_results": str(tmp_path / site / "results")})
+    training = export(build_job(SEGMENTATION, SegmentationParams(num_rounds=1, min_clients=3, tracking=False, **CPU_DEMO)),
+                      tmp_path / "training")
+    session = running_federation.session()
+    try:
+        trained = submit_and_wait(session, training, timeout=600)
+        assert trained.completed, trained.refusal()
+        models = ServerConfig.load(server_config).models if server_config.exists() else {}
+        write_server_config(federation.kit(federation.server), {**models, "glioma": str(trained.server_app_dir())})
+        job = export(build_job(INFERENCE, InferenceParams(model="glioma", min_clients=3, **architecture)),
+                     tmp_path / "inference")
+        outcome = submit_and_wait(session, job, timeout=600)
+    finally:
+        session.close()
+        server_config.unlink(missing_ok=True)
+        for path, text in kept.items():
+            path.write_text(text)
+
+    assert outcome.completed, outcome.refusal()
+    results = json.loads((outcome.server_app_dir() / "results.json").read_text())
+    for site in SITES:
+        assert set(results["sites"][site]) == set(INFERENCE_KEYS), results["sites"][site]
+        assert results["sites"][site]["cases_segmented"] == results["sites"][site]["dicom_segs_written"] == 1
+        written = sorted(p.name for p in (tmp_path / site / "results" / outcome.job_id).iterdir())
+        assert written == sorted(f"{c}{suffix}" for c in case_ids[site] for suffix in (".nii.gz", ".seg.dcm"))
+        assert not any(c in json.dumps(results) for c in case_ids[site])
