@@ -63,10 +63,13 @@ def _test_lines(test: dict[str, Any] | None) -> list[str]:
     if not test or not test.get("sites"):
         return []
     lines = ["", f"Selected model (round {test['model_round']}) on the test cases, BraTS convention:", "",
-             "| site | cases | Dice TC | Dice WT | Dice ET | Dice mean | HD95 mean (mm) |", "|---|---:|" + "---:|" * 5]
+             "| site | cases | Dice TC | Dice WT | Dice ET | Dice mean | HD95 mean (mm) | lesion-wise Dice mean | "
+             "lesion-wise HD95 mean (mm) |", "|---|---:|" + "---:|" * 7]
     for site, m in sorted(test["sites"].items()):
         dice = " | ".join(f"{m[f'test_dice_{r}']:.3f}" for r in REGIONS)
-        lines.append(f"| {site} | {m['test_cases']:.0f} | {dice} | {m['test_hd95_mean']:.1f} |")
+        lesion_wise = " | ".join(f"{m[key]:{spec}}" if key in m else "-"  # results from before lesion-wise scores
+                                 for key, spec in (("test_lesion_dice_mean", ".3f"), ("test_lesion_hd95_mean", ".1f")))
+        lines.append(f"| {site} | {m['test_cases']:.0f} | {dice} | {m['test_hd95_mean']:.1f} | {lesion_wise} |")
     federation = test.get("federation")
     if federation:
         lines += ["", f"Federation ({federation['metric']}, weighted by {federation['weight']}): {federation['value']:.3f}."]

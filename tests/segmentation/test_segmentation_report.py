@@ -24,7 +24,8 @@ RESULTS = {
     "best_model": {"metric": "val_dice_mean", "value": 0.56, "model_round": 2, "file": "best_global_model.pt"},
     "test": {"model_round": 2, "no_result": [],
              "sites": {"a": {"test_dice_tc": 0.5, "test_dice_wt": 0.7, "test_dice_et": 0.6, "test_dice_mean": 0.6,
-                             "test_hd95_mean": 12.25, "test_cases": 2.0}},
+                             "test_hd95_mean": 12.25, "test_lesion_dice_mean": 0.55, "test_lesion_hd95_mean": 30.0,
+                             "test_cases": 2.0}},
              "federation": {"metric": "test_dice_mean", "weight": "test_cases", "value": 0.6}},
 }
 
@@ -45,5 +46,5 @@ def test_command_writes_markdown_and_png(tmp_path):
 
     text = (tmp_path / "report" / "dice.md").read_text()
     assert "| 1 | 0.400 | - | 0.400 |" in text and "| b | 0.400 | 0.600 | 0.500 | 0.500 |" in text
-    assert "| a | 2 | 0.500 | 0.700 | 0.600 | 0.600 | 12.2 |" in text and "test_cases): 0.600." in text
+    assert "| a | 2 | 0.500 | 0.700 | 0.600 | 0.600 | 12.2 | 0.550 | 30.0 |" in text and "test_cases): 0.600." in text
     assert (tmp_path / "report" / "dice.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
