@@ -32,7 +32,7 @@ from readme_section import write_section
 
 from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.fedkt.classifier import build_classifier, evaluate_classifier, train_classifier, training_budget
-from fl_contract.fedkt.wire import from_ring
+from fl_contract.fedkt.wire import ClassStatistics, from_ring
 from fl_contract.models import load_numpy_params, state_dict_to_numpy
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
 from jobs.fedkt_csd.spec import FedKTCSDParams
@@ -72,11 +72,15 @@ def site_parts(folders: list[Path], seed: int) -> list[tuple[LabelledImages, Lab
     return parts
 
 
-def release(ae: LoadedAutoencoder, folders: list[Path], noise: bool, seed: int) -> ClassGaussians:
-    """The server's release from the sites' summed statistics vectors (the uint64 sum is secure aggregation's);
-    without noise, the same estimates (bias correction, PSD projection) straight from the exact statistics."""
+def pooled_statistics(ae: LoadedAutoencoder, folders: list[Path], seed: int) -> ClassStatistics:
+    """The sites' statistics vectors summed as secure aggregation delivers them (mod 2^64), decoded by the server."""
     total = sum(statistics_vector(ae, f, CLASSES, SIZE, JOB.holdout_fraction, seed) for f in folders)
-    stats = from_ring(np.asarray(total, dtype=np.uint64), len(CLASSES), ae.clip_norm)
+    return from_ring(np.asarray(total, dtype=np.uint64), len(CLASSES), ae.clip_norm)
+
+
+def release(ae: LoadedAutoencoder, stats: ClassStatistics, noise: bool, seed: int) -> ClassGaussians:
+    """The server's release at the job's defaults; without noise, the same estimates (bias correction, PSD
+    projection) straight from the exact statistics."""
     if not noise:
         return class_gaussians(stats, 0.0, min_count=JOB.min_count)
     calibration = calibrate_noise(JOB.epsilon, JOB.delta, ae.clip_norm, JOB.adjacency, JOB.method,
@@ -110,10 +114,11 @@ def ladder(ae: LoadedAutoencoder, root: Path, n_images: int, alpha: float, passe
     parts = site_parts(folders, seed)
     train = LabelledImages(torch.cat([t.images for t, _ in parts]), torch.cat([t.labels for t, _ in parts]))
     test = LabelledImages(torch.cat([h.images for _, h in parts]), torch.cat([h.labels for _, h in parts]))
-    noisy = synthetic_set(ae, release(ae, folders, True, seed), seed)
+    stats = pooled_statistics(ae, folders, seed)
+    noisy = synthetic_set(ae, release(ae, stats, True, seed), seed)
     as_trained = LabelledImages(torch.from_numpy(to_uint8(noisy.images)).float() / 255.0, noisy.labels)
     sets = {"real": train, "reconstructions": LabelledImages(reconstruct(ae.model, train.images), train.labels),
-            "no noise": synthetic_set(ae, release(ae, folders, False, seed), seed), "epsilon 10": noisy}
+            "no noise": synthetic_set(ae, release(ae, stats, False, seed), seed), "epsilon 10": noisy}
     models = {name: train_classifier(s.images, s.labels, len(CLASSES), passes, seed) for name, s in sets.items()}
     models["job defaults"] = train_classifier(as_trained.images, as_trained.labels, len(CLASSES),
                                               JOB.classifier_epochs, seed, min_steps=JOB.classifier_min_steps)
