@@ -8,4 +8,6 @@ echo "ruff check ."
 "$root/.venv/bin/ruff" check .
 echo "mypy (strict on fl_contract and server_app)"
 "$root/.venv/bin/mypy"
-exec "$root/.venv/bin/python" -m pytest "$@"
+# Two workers, one test module each at a time: the federation tests spend most of their time waiting on
+# heartbeats and restarts, so two of them (or one beside a CPU-bound test) share the 2 cores well.
+exec "$root/.venv/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
