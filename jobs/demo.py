@@ -72,10 +72,7 @@ def run_demo(workspace: Path, job_names: list[str], port: int | None = None) -> 
 
     _step("starting the server and the sites as separate processes")
     with LoopbackFederation(federation) as loopback:
-        loopback.start_server()
-        for site in SITES:
-            loopback.start_site(site)
-        loopback.wait_for_sites(ADMIN, SITES)
+        loopback.bring_up(ADMIN)
         print(f"sites connected over mutual TLS: {', '.join(SITES)}")
 
         session = loopback.session(ADMIN)

@@ -79,6 +79,15 @@ class LoopbackFederation:
         """Start a site from its kit (another kit may be given, e.g. to test a foreign certificate)."""
         return self._start(name, kit or self.federation.kit(name), CLIENT_MODULE, "fed_client.json", [f"uid={name}"])
 
+    def bring_up(self, admin: str) -> None:
+        """Start the server and every site that is not running now (all at first; later, the ones killed), then
+        wait until every site has joined."""
+        for name in (self.federation.server, *self.federation.sites):
+            participant = self.participants.get(name)
+            if participant is None or participant.process.poll() is not None:
+                self.start_server() if name == self.federation.server else self.start_site(name)
+        self.wait_for_sites(admin, self.federation.sites)
+
     def session(self, admin: str, timeout: float = 30.0) -> Session:
         from nvflare.fuel.flare_api.flare_api import new_secure_session
 

@@ -31,10 +31,7 @@ def running_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run
     federation = provision_demo_federation(workspace)
     loopback = LoopbackFederation(federation)
     try:
-        loopback.start_server()
-        for site in federation.sites:
-            loopback.start_site(site)
-        loopback.wait_for_sites(ADMIN, federation.sites)
+        loopback.bring_up(ADMIN)
         yield RunningFederation(federation, loopback, workspace)
     finally:
         loopback.stop(ADMIN)

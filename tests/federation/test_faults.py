@@ -63,10 +63,7 @@ def fault_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     write_server_config(federation.kit(federation.server), {"run-1": str(models)})
     loopback = LoopbackFederation(federation)
     try:
-        loopback.start_server()
-        for site in SITES:
-            loopback.start_site(site)
-        loopback.wait_for_sites(ADMIN, SITES)
+        loopback.bring_up(ADMIN)
         yield federation, loopback
     finally:
         loopback.stop(ADMIN)
@@ -143,8 +140,7 @@ def test_a_dead_job_process_and_a_dead_site_are_named_and_the_job_finishes_witho
         outcome = follow_job(session, job_id, timeout=300, progress=None)
     finally:
         session.close()
-        loopback.start_site("site-3")
-        loopback.wait_for_sites(ADMIN, SITES)
+        loopback.bring_up(ADMIN)  # site-3 again
 
     results = outcome.results()
     assert outcome.completed, outcome.refusal()
@@ -166,8 +162,7 @@ def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_f
     finally:
         session.close()
     loopback.kill_participant(federation.server)
-    loopback.start_server()
-    loopback.wait_for_sites(ADMIN, SITES)
+    loopback.bring_up(ADMIN)
     session = loopback.session(ADMIN)
     try:
         interrupted = session.get_job_meta(job_id)
@@ -208,9 +203,7 @@ def test_job_kind_survives_a_dead_site_a_server_restart_and_an_abort(fault_feder
         loopback.kill_participant(federation.server)  # at once: the last round must still be ahead
     finally:
         session.close()
-    loopback.start_server()
-    loopback.start_site("site-3")
-    loopback.wait_for_sites(ADMIN, SITES)
+    loopback.bring_up(ADMIN)  # the server and site-3
     session = loopback.session(ADMIN)
     try:
         resumed = follow_job(session, job_id, timeout=600, progress=None)
@@ -247,9 +240,7 @@ def test_inference_goes_on_without_a_dead_site_and_stops_named_on_a_server_resta
         loopback.kill_participant(federation.server)
     finally:
         session.close()
-    loopback.start_server()
-    loopback.start_site("site-3")
-    loopback.wait_for_sites(ADMIN, SITES)
+    loopback.bring_up(ADMIN)  # the server and site-3
     session = loopback.session(ADMIN)
     try:
         closed = follow_job(session, interrupted, timeout=120, progress=None)

@@ -48,10 +48,7 @@ def fedkt_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     write_server_config(federation.kit(federation.server), {"dcae": str(autoencoder)})
     loopback = LoopbackFederation(federation)
     try:
-        loopback.start_server()
-        for site in SITES:
-            loopback.start_site(site)
-        loopback.wait_for_sites(ADMIN, SITES)
+        loopback.bring_up(ADMIN)
         yield federation, loopback, workspace
     finally:
         loopback.stop(ADMIN)
@@ -92,8 +89,7 @@ def test_the_server_killed_mid_job_closes_it_with_the_reason_and_an_abort_stops_
         loopback.kill_participant(federation.server)
     finally:
         session.close()
-    loopback.start_server()
-    loopback.wait_for_sites(ADMIN, SITES)
+    loopback.bring_up(ADMIN)
     session = loopback.session(ADMIN)
     try:
         closed = follow_job(session, interrupted, timeout=120, progress=None)
