@@ -26,24 +26,14 @@ from typing import Any
 
 import torch
 from diffusers import AutoencoderDC
+from fedkt_costs import matmul_flops
 from readme_section import write_section
 from torch.utils.flop_counter import FlopCounterMode
 
-from fl_contract.models.dcae import to_autoencoder_range
+from fl_contract.models.dcae import f32c32_config, to_autoencoder_range
 from site_agent.fedkt.demo_autoencoder import public_images
 from site_agent.fedkt.stats import ENCODE_BATCH_SIZE, site_statistics
 
-F32C32_IN = {
-    "in_channels": 3, "latent_channels": 32, "attention_head_dim": 32, "scaling_factor": 0.3189,
-    "encoder_block_types": ("ResBlock",) * 3 + ("EfficientViTBlock",) * 3,
-    "decoder_block_types": ("ResBlock",) * 3 + ("EfficientViTBlock",) * 3,
-    "encoder_block_out_channels": (128, 256, 512, 512, 1024, 1024),
-    "decoder_block_out_channels": (128, 256, 512, 512, 1024, 1024),
-    "encoder_layers_per_block": (0, 4, 8, 2, 2, 2), "decoder_layers_per_block": (0, 5, 10, 2, 2, 2),
-    "encoder_qkv_multiscales": ((),) * 6, "decoder_qkv_multiscales": ((),) * 6,
-    "decoder_norm_types": ("batch_norm",) * 3 + ("rms_norm",) * 3,
-    "decoder_act_fns": ("relu",) * 3 + ("silu",) * 3,
-}
 CLASSES, R = 4, 34.0  # R: the reference's clip norm for f32c32-in
 
 
@@ -51,12 +41,6 @@ def _seconds(fn: Callable[[], object]) -> float:
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
-
-
-def matmul_gflops(size: int = 4096, repeats: int = 5) -> float:
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    torch.matmul(a, b)
-    return 2 * size**3 / min(_seconds(lambda: torch.matmul(a, b)) for _ in range(repeats)) / 1e9
 
 
 def conv_gflops(channels: int = 512, side: int = 16, batch: int = 32, repeats: int = 5) -> float:
@@ -76,7 +60,7 @@ def bare_encode(model: AutoencoderDC, x: torch.Tensor) -> None:
 
 def measure(n_images: int, repeats: int) -> dict[str, Any]:
     torch.manual_seed(0)
-    model = AutoencoderDC(**F32C32_IN).eval().requires_grad_(False)
+    model = AutoencoderDC(**f32c32_config()).eval().requires_grad_(False)
     x = to_autoencoder_range(public_images(n_images, seed=1))
     labels = torch.arange(n_images) % CLASSES
     runs: dict[str, list[float]] = {"bare": [], "site": []}
@@ -90,7 +74,7 @@ def measure(n_images: int, repeats: int) -> dict[str, Any]:
     flop_per_image = counter.get_total_flops()
     bare, site = min(runs["bare"]), min(runs["site"])
     achieved = flop_per_image * n_images / bare / 1e9
-    matmul, conv = matmul_gflops(), conv_gflops()
+    matmul, conv = matmul_flops(size=4096) / 1e9, conv_gflops()
     return {"params_m": sum(p.numel() for p in model.parameters()) / 1e6,
             "encoder_params_m": sum(p.numel() for p in model.encoder.parameters()) / 1e6,
             "images": n_images, "repeats": repeats, "bare_ips": n_images / bare, "site_ips": n_images / site,

@@ -80,7 +80,9 @@ def public_bytes(private_key: X25519PrivateKey) -> bytes:
 
 def pair_seed(private_key: X25519PrivateKey, peer_public_key: bytes, session: str, site: str, peer: str) -> bytes:
     """The 32-byte mask seed that `site` and `peer` both derive; bound to the session and the unordered pair."""
-    return _agree(private_key, peer_public_key, _MASK_LABEL, session, site, peer)
+    if site == peer:
+        raise ValueError(f"site {site!r} cannot agree a key with itself")
+    return _agree(private_key, peer_public_key, _MASK_LABEL, session, *sorted((site, peer)))
 
 
 def mask_stream(seed: bytes, length: int) -> np.ndarray:
@@ -152,12 +154,9 @@ def check_subset(sites: Iterable[str], of: Iterable[str], what: str, site: str) 
 
 
 def _agree(private_key: X25519PrivateKey, peer_public_key: bytes, label: bytes, session: str, *names: str) -> bytes:
-    """HKDF-SHA256 of the X25519 shared secret, bound to `label`, the session and `names` (sorted for a pair seed)."""
-    if len(set(names)) != len(names):
-        raise ValueError(f"site {names[0]!r} cannot agree a key with itself")
-    parts = (session, *sorted(names)) if label == _MASK_LABEL else (session, *names)
+    """HKDF-SHA256 of the X25519 shared secret, bound to `label`, the session and `names` in the order given."""
     shared = private_key.exchange(X25519PublicKey.from_public_bytes(peer_public_key))
-    info = label + b"".join(_length_prefixed(part) for part in parts)
+    info = label + b"".join(_length_prefixed(part) for part in (session, *names))
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
 
 

@@ -65,7 +65,7 @@ def f32c32_config() -> dict[str, Any]:
     block_types = ("ResBlock",) * 3 + ("EfficientViTBlock",) * 3
     channels = (128, 256, 512, 512, 1024, 1024)
     return {
-        "in_channels": 3, "latent_channels": 32,
+        "in_channels": 3, "latent_channels": 32, "attention_head_dim": 32, "scaling_factor": 0.3189,
         "encoder_block_types": block_types, "decoder_block_types": block_types,
         "encoder_block_out_channels": channels, "decoder_block_out_channels": channels,
         "encoder_layers_per_block": (0, 4, 8, 2, 2, 2), "decoder_layers_per_block": (0, 5, 10, 2, 2, 2),
