@@ -32,8 +32,8 @@ import torch
 from PIL import Image, ImageFilter
 from readme_section import write_section
 
+from federation_tools.playerfl_compare import write_demo_sites
 from fl_contract.playerfl.protocol import METHODS
-from jobs.playerfl.compare import write_demo_sites
 from jobs.playerfl.inprocess import run_in_process
 from jobs.playerfl.spec import PLayerFLParams
 from server_app.metrics import WEIGHT

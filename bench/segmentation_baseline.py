@@ -29,12 +29,12 @@ import torch
 from readme_section import write_section
 from torch.utils.data import ConcatDataset, DataLoader
 
+from federation_tools.simulate import simulate
 from fl_contract.labels import LABEL_MAPS, REGIONS
 from fl_contract.models import build_model
 from fl_contract.segmentation import DICE, LESION_DICE, MEAN, MODEL, SELECTION_METRIC, TEST, VAL, metric_key
 from jobs.common import build_job, export
 from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, KIND, SegmentationParams
-from jobs.simulate import simulate
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.segmentation.data import SiteData, load_site_data
 from site_agent.segmentation.metrics import score_cases, site_summary

@@ -17,10 +17,10 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from federation_tools.loopback import LoopbackFederation, free_port
 from jobs.admin import submit_and_wait
 from jobs.common import build_job, export
 from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, KIND, SegmentationParams
-from provisioning.loopback import LoopbackFederation, free_port
 from provisioning.provision import customise, load_template, provision
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.site_config import write_site_config

@@ -12,8 +12,8 @@ from nvflare.job_config.api import FedJob
 from fl_contract.job_meta import RESUMABLE_KEY, SITE_CLASSES_KEY
 from fl_contract.job_privacy import SitePrivacy, release_of
 from fl_contract.version import AGENT_VERSION, AGENT_VERSION_KEY
+from jobs.registry import server_allow_list, site_allow_list
 from jobs.spec import FederationParams, JobKind, JobParams
-from provisioning.policy import server_allow_list, site_allow_list
 
 APP_PACKAGES = ["fl_contract", "site_agent", "server_app"]
 DEAD_SITE_CHECK_LEAD_S = 10.0

@@ -56,6 +56,11 @@ def registered(kind: JobKind[Any]) -> Iterator[JobKind[Any]]:
         del _KINDS[kind.name]
 
 
+# FLARE adds these to every job: sites stream job logs (unless switched off), the server receives them.
+JOB_LOG_STREAMER = "nvflare.app_common.logging.job_log_streamer.JobLogStreamer"
+JOB_LOG_RECEIVER = "nvflare.app_common.logging.job_log_receiver.JobLogReceiver"
+
+
 def site_classes() -> list[str]:
     """Every class a job of a registered kind may instantiate at a site."""
     return sorted({k.site_task for k in kinds().values()} | {c for k in kinds().values() for c in k.site_classes})
@@ -64,3 +69,13 @@ def site_classes() -> list[str]:
 def server_classes() -> list[str]:
     """Every class a job of a registered kind may instantiate on the server."""
     return sorted({k.controller for k in kinds().values()} | {c for k in kinds().values() for c in k.server_classes})
+
+
+def site_allow_list() -> list[str]:
+    """Exact classes a job may instantiate at a site: every registered job kind's, and FLARE's log streamer."""
+    return sorted({*site_classes(), JOB_LOG_STREAMER})
+
+
+def server_allow_list() -> list[str]:
+    """Exact classes a job may instantiate on the server: every registered job kind's, and FLARE's log receiver."""
+    return sorted({*server_classes(), JOB_LOG_RECEIVER})

@@ -1,37 +1,42 @@
 """The security policy written into every startup kit: exact class allow-lists, authorization, site guard, and each
 site's default privacy policy (site_agent.policy, which the hospital then edits).
 
-The allow-lists name exact classes, never package prefixes: FLARE matches entries as prefixes, and a package
-prefix admits every callable reachable through our modules (imported helpers included).
+The class allow-lists come from the job kinds (jobs.registry). They name exact classes, never package prefixes:
+FLARE matches entries as prefixes, and a package prefix admits every callable reachable through our modules
+(imported helpers included).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from jobs.registry import kinds, server_classes, site_classes
+from jobs.registry import kinds
 from site_agent.policy import SitePolicy
 from site_agent.site_guard import SITE_GUARD_PATH
 
 DEFAULT_ACCEPTED_ROLES = list(SitePolicy().accepted_submitter_roles)
-# FLARE adds these to every job: sites stream job logs (unless switched off), the server receives them.
-JOB_LOG_STREAMER = "nvflare.app_common.logging.job_log_streamer.JobLogStreamer"
-JOB_LOG_RECEIVER = "nvflare.app_common.logging.job_log_receiver.JobLogReceiver"
-
-
-def site_allow_list() -> list[str]:
-    """Exact classes a job may instantiate at a site: every registered job kind's, and FLARE's log streamer."""
-    return sorted({*site_classes(), JOB_LOG_STREAMER})
-
-
-def server_allow_list() -> list[str]:
-    """Exact classes a job may instantiate on the server: every registered job kind's, and FLARE's log receiver."""
-    return sorted({*server_classes(), JOB_LOG_RECEIVER})
-
-
 JOB_RECOVERY = "server_app.recovery.JobRecovery"
 SERVER_HEARTBEAT_TIMEOUT_S = 20
 """A site whose client sends no heartbeat (every 10 s) for this long is gone; FLARE's kits say 600."""
+
+
+SITE_ADMISSION = "server_app.admission.SiteAdmission"
+SCHEDULE_INTERVAL_S = 5.0
+"""How often the server retries a job that waits for sites: it starts within this (plus a second) of their return.
+FLARE's scheduler backs off from 10 s to 600 s, so a job waited minutes after a missing site came back."""
+SCHEDULE_TRIES = 720
+"""A job still waiting after this many tries (an hour at SCHEDULE_INTERVAL_S) ends FINISHED:CAN_NOT_SCHEDULE."""
+
+
+def site_admission_component() -> dict[str, Any]:
+    """The server component that refuses every site and admin the project does not list (server_app.admission)."""
+    return {"id": "site_admission", "path": SITE_ADMISSION, "args": {}}
+
+
+def job_scheduler_args() -> dict[str, Any]:
+    """FLARE's DefaultJobScheduler retry settings (its `max_jobs` stays as the kit has it)."""
+    return {"min_schedule_interval": SCHEDULE_INTERVAL_S, "max_schedule_interval": SCHEDULE_INTERVAL_S,
+            "max_schedule_count": SCHEDULE_TRIES}
 
 
 def job_recovery_component(resume: bool = True) -> dict[str, Any]:

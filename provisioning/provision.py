@@ -23,14 +23,13 @@ from typing import Any
 
 import yaml
 
+from jobs.registry import server_allow_list, site_allow_list
 from provisioning.policy import (
     DEFAULT_ACCEPTED_ROLES,
     SERVER_HEARTBEAT_TIMEOUT_S,
     authorization_policy,
     default_site_policy,
     job_recovery_component,
-    server_allow_list,
-    site_allow_list,
     site_guard_component,
 )
 from site_agent.policy import write_policy

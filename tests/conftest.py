@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from support import ADMIN, provision_demo_federation
 
+from federation_tools.loopback import LoopbackFederation
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
-from provisioning.loopback import LoopbackFederation
 from provisioning.provision import Federation
 
 

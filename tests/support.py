@@ -14,8 +14,8 @@ from nvflare.app_common.decomposers import common_decomposers
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 from nvflare.fuel.utils import fobs
 
+from federation_tools.loopback import free_port
 from jobs.segmentation.spec import CPU_DEMO_DATA
-from provisioning.loopback import free_port
 from provisioning.provision import Federation, customise, load_template, provision
 from server_app.fedkt_csd import secure_sum
 from server_app.privacy.secure_aggregation import SecureAggregation

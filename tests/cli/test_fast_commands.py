@@ -9,9 +9,9 @@ import pytest
 
 HEAVY = ("torch", "monai", "diffusers", "pydicom")
 COMMANDS = [
-    ("jobs.cli", ["list"]),
-    ("jobs.cli", ["--help"]),
-    ("jobs.cli", ["export", "brats-segmentation", "--help"]),
+    ("federation_tools.job_cli", ["list"]),
+    ("federation_tools.job_cli", ["--help"]),
+    ("federation_tools.job_cli", ["export", "brats-segmentation", "--help"]),
     ("site_agent.cli", ["--help"]),
     ("site_agent.cli", ["check", "--help"]),
     ("provisioning.provision", ["--help"]),

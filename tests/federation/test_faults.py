@@ -19,6 +19,7 @@ import torch
 from nvflare.fuel.flare_api.flare_api import Session
 from support import ADMIN, SITES, provision_demo_federation, wait_for_server_log
 
+from federation_tools.loopback import LoopbackFederation
 from fl_contract.models import build_model
 from fl_contract.segmentation import MODEL
 from jobs.admin import follow_job
@@ -33,7 +34,6 @@ from jobs.playerfl.spec import PLayerFLParams
 from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
 from jobs.segmentation.spec import KIND as SEGMENTATION
 from jobs.spec import JobKind, JobParams
-from provisioning.loopback import LoopbackFederation
 from provisioning.provision import Federation
 from server_app.results import BEST_MODEL_FILE
 from server_app.server_config import write_server_config

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from support import ADMIN, wait_for_server_log
 
+from federation_tools.loopback import LoopbackFederation, free_port
 from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.fedkt.wire import RING_DTYPE, from_ring
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
 from jobs.admin import follow_job
 from jobs.common import build_job, export
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
-from provisioning.loopback import LoopbackFederation, free_port
 from provisioning.provision import Federation, customise, load_template, provision
 from server_app.fedkt_release import release_class_gaussians
 from server_app.privacy.dp_calibration import calibrate_noise

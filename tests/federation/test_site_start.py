@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 from support import ADMIN, free_port
 
-from provisioning.loopback import LoopbackFederation
+from federation_tools.loopback import LoopbackFederation
 from provisioning.provision import Federation, customise, load_template, provision
 from site_agent.kit import SiteKit
 from site_agent.preflight import check_server

@@ -12,13 +12,13 @@ import pytest
 from PIL import Image
 from support import JOB_FILES, read_exported_job
 
+from federation_tools.simulate import SimulationRun, simulate
 from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.fedkt.wire import class_length
 from fl_contract.models.dcae import save_autoencoder
 from jobs.common import build_job, export
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
-from jobs.simulate import SimulationRun, simulate
-from provisioning.policy import server_allow_list, site_allow_list
+from jobs.registry import server_allow_list, site_allow_list
 from server_app import fedkt_outputs as outputs
 from site_agent.data.isic import GROUND_TRUTH_CSV
 from site_agent.data.synthetic_isic import write_isic_site

@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 from support import JOB_FILES, read_exported_job
 
+from federation_tools.job_cli import main
 from fl_contract.version import AGENT_VERSION
-from jobs.cli import main
 from jobs.common import build_job, export
 from jobs.docs import DOCS_FILE, parameter_tables
-from jobs.registry import job_kind, kinds, registered
+from jobs.registry import job_kind, kinds, registered, server_allow_list, site_allow_list
 from jobs.spec import Apps, JobKind, JobParams, ParameterError, import_class, param
-from provisioning.policy import server_allow_list, site_allow_list
 from site_agent.tasks import installed_task_classes
 
 ROOT = Path(__file__).resolve().parents[2]

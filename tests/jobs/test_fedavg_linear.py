@@ -10,9 +10,9 @@ import pytest
 import torch
 from support import JOB_FILES, read_exported_job
 
+from federation_tools.simulate import simulate
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
-from jobs.simulate import simulate
 from site_agent import __version__
 from site_agent.data.linear_demo import FILE_NAME, write_linear_site
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from jobs.playerfl.compare import write_demo_sites
+from federation_tools.playerfl_compare import write_demo_sites
 from jobs.playerfl.inprocess import JobFailed, run_in_process
 from jobs.playerfl.spec import PLayerFLParams
 

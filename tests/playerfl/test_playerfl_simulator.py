@@ -6,8 +6,8 @@ import pytest
 from support import JOB_FILES, read_exported_job
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from federation_tools.playerfl_compare import run_playerfl_demo
 from jobs.common import build_job, export
-from jobs.playerfl.compare import run_playerfl_demo
 from jobs.playerfl.spec import KIND, PLayerFLParams
 from site_agent import __version__
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from jobs.registry import kinds
-from provisioning.policy import authorization_policy, server_allow_list, site_allow_list
+from jobs.registry import kinds, server_allow_list, site_allow_list
+from provisioning.policy import authorization_policy
 from provisioning.provision import customise, load_template, main, provision
 from site_agent.policy import load_policy
 

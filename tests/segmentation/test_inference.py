@@ -13,13 +13,13 @@ import pydicom
 import pytest
 import torch
 
+from federation_tools.simulate import simulate
 from fl_contract.labels import BRATS_2021, LabelMap
 from fl_contract.models import build_model
 from fl_contract.segmentation import INFERENCE_KEYS
 from jobs.common import build_job, export
 from jobs.inference.spec import KIND, InferenceParams
 from jobs.segmentation.spec import CPU_DEMO
-from jobs.simulate import simulate
 from site_agent.data.brats_case import DEFAULT_DICOM_FOLDERS, REFERENCE_MODALITY, read_case
 from site_agent.data.dicom_seg import brats_segments, write_dicom_seg
 from site_agent.data.dicom_series import series_slices

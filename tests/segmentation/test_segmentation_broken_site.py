@@ -12,10 +12,10 @@ import torch
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
+from federation_tools.simulate import SimulationRun, simulate
 from fl_contract.models import build_model, state_dict_to_numpy
 from jobs.common import build_job, export
 from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
-from jobs.simulate import SimulationRun, simulate
 from server_app.aggregation import SiteUpdate
 from server_app.aggregation.weighted_mean import weighted_mean
 from site_agent.data.synthetic_brats import write_brats_site

@@ -7,8 +7,8 @@ import pytest
 from support import JOB_FILES, read_exported_job
 
 from jobs.common import build_job, export
+from jobs.registry import server_allow_list, site_allow_list
 from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
-from provisioning.policy import server_allow_list, site_allow_list
 from server_app.selection import BestModel, site_weighted_mean
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from federation_tools.simulate import SimulationRun, simulate
 from fl_contract.models import build_model
 from fl_contract.segmentation import DICE_KEYS, TEST, VAL, split_metric_keys
 from jobs.common import build_job, export
 from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
-from jobs.simulate import SimulationRun, simulate
 from site_agent.data.synthetic_brats import write_brats_site
 
 SITES = ["site-1", "site-2", "site-3"]

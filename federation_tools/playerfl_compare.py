@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from federation_tools.simulate import simulate
 from jobs.common import build_job, export
 from jobs.playerfl.spec import KIND, PLayerFLParams
-from jobs.simulate import simulate
 from server_app.report import load_runs, write_report
 from server_app.results import RESULTS_FILE
 from site_agent.data.synthetic_isic import write_isic_site

@@ -14,11 +14,11 @@ import sys
 import time
 from pathlib import Path
 
+from federation_tools.loopback import LoopbackFederation, free_port
 from jobs.admin import submit_and_wait
 from jobs.common import build_job, export
 from jobs.demo_job import DemoJob
 from jobs.registry import job_kind, kinds
-from provisioning.loopback import LoopbackFederation, free_port
 from provisioning.provision import customise, load_template, provision
 from server_app.server_config import write_server_config
 from site_agent.preflight import FAIL, format_table, run_checks

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from provisioning.policy import server_allow_list, site_allow_list
+from jobs.registry import server_allow_list, site_allow_list
 from server_app.server_config import write_server_config
 from site_agent.site_config import write_site_config
 

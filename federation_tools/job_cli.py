@@ -61,7 +61,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from jobs.simulate import simulate
+    from federation_tools.simulate import simulate
 
     datasets = dict(item.split("=", 1) for item in args.data)
     server_models = dict(item.split("=", 1) for item in args.server_model)
