@@ -33,7 +33,7 @@ from server_app.privacy.dp_calibration import calibrate_noise
 from server_app.privacy.secure_aggregation import Revealed, SecureAggregation
 from site_agent.fedkt.demo_autoencoder import public_images
 from site_agent.fedkt.stats import class_statistics, encode_latents, site_statistics
-from site_agent.secure_agg import SecAggSite
+from site_agent.secure_aggregation import SecureAggregationSite
 
 D, CLASSES, R = 128, 10, 34.0
 T = TypeVar("T")
@@ -80,7 +80,7 @@ def secure_aggregation(num_sites: int, rng: np.random.Generator) -> dict[str, fl
     labels = torch.arange(num_sites * 20) % CLASSES
     vectors = {f"site-{i:04d}": class_statistics(latents[i::num_sites], labels[i::num_sites], CLASSES, R)
                for i in range(num_sites)}
-    sites = {name: SecAggSite(name, "bench", MIN_SITES) for name in vectors}
+    sites = {name: SecureAggregationSite(name, "bench", MIN_SITES) for name in vectors}
     server = SecureAggregation("bench", MIN_SITES)
     server.start({name: site.advertised for name, site in sites.items()})
     timed: dict[str, float] = {}

@@ -25,7 +25,7 @@ from fl_contract.fedkt.classifier import BATCH_SIZE, predict, train_classifier, 
 from fl_contract.fedkt.wire import from_ring
 from fl_contract.models import state_dict_to_numpy
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
-from fl_contract.secagg import SecAggError
+from fl_contract.secure_aggregation import SecureAggregationError
 from fl_contract.version import AGENT_VERSION as __version__
 from server_app import fedkt_outputs as outputs
 from server_app.fedkt_release import decode_latents, release_class_gaussians, sample_latents, synthetic_counts
@@ -102,7 +102,7 @@ class FedKTCSDController(ModelController):
         try:
             total = secure_sum(secagg, announcement, self._send, self.info, self._warn)
             stats = from_ring(total, len(self.classes), loaded.clip_norm)
-        except SecAggError as err:
+        except SecureAggregationError as err:
             raise JobStopped(f"secure aggregation failed: {err}") from err
         finally:
             self._secagg_record = secagg.summary()

@@ -1,6 +1,6 @@
 """The FedKT-CSD job's messages, shared by the site task and the server workflow (docs/fedkt-csd.md).
 
-Secure aggregation with dropout recovery (`fl_contract.secagg`) takes four of them:
+Secure aggregation with dropout recovery (`fl_contract.secure_aggregation`) takes four of them:
 
     keys        server -> site: the announcement (session, classes, image size, autoencoder identity)
                 site -> server: {"mask_key": (32,) uint8, "share_key": (32,) uint8}, fresh X25519 public keys, and
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from fl_contract.models.dcae import AutoencoderIdentity
-from fl_contract.secagg import AdvertisedKeys
+from fl_contract.secure_aggregation import AdvertisedKeys
 
 TASK_KEYS = "keys"
 TASK_SHARES = "shares"

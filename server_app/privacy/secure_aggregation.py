@@ -6,7 +6,7 @@ surviving site's shares of the survivors' self-mask seeds and of the dropped sit
 the sharing is removed: its mask key, rebuilt from t shares, cancels its pairwise masks in the survivors' sum,
 which is then bit-exact to their plain sum. The server never holds both secrets of one site, so it learns no
 single site's vector. Fewer than t sites at any step stops the aggregation naming the missing sites; the release
-then needs a new session. Primitives: `fl_contract.secagg`.
+then needs a new session. Primitives: `fl_contract.secure_aggregation`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fl_contract.fedkt.wire import RING_DTYPE
-from fl_contract.secagg import (
+from fl_contract.secure_aggregation import (
     SHARE_BYTES,
     AdvertisedKeys,
-    SecAggError,
+    SecureAggregationError,
     add_pairwise_masks,
     combine_shares,
     majority_threshold,
@@ -59,8 +59,9 @@ class SecureAggregation:
         self.keys = dict(keys)
         self.threshold = max(self.min_sites, majority_threshold(len(keys)))
         if len(keys) < self.threshold:
-            raise SecAggError(f"only {len(keys)} site(s) sent keys ({', '.join(self.key_exchange) or 'none'}); "
-                              f"secure aggregation needs at least {self.min_sites}")
+            raise SecureAggregationError(
+                f"only {len(keys)} site(s) sent keys ({', '.join(self.key_exchange) or 'none'}); "
+                f"secure aggregation needs at least {self.min_sites}")
 
     def relay(self, sent: Mapping[str, Mapping[str, bytes]]) -> dict[str, bytes]:
         """The sharing sites' ciphertexts as `sender/recipient` -> bytes, every one sent to every sharing site.
@@ -72,8 +73,9 @@ class SecureAggregation:
         for sender in self.sharing:
             expected = set(self.keys) - {sender}
             if set(sent[sender]) != expected:
-                raise SecAggError(f"site {sender} sent shares for {sorted(sent[sender])}, expected one for each of "
-                                  f"{sorted(expected)}")
+                raise SecureAggregationError(
+                    f"site {sender} sent shares for {sorted(sent[sender])}, expected one for each of "
+                    f"{sorted(expected)}")
         return {f"{sender}/{recipient}": sent[sender][recipient]
                 for sender in self.sharing for recipient in self.sharing if recipient != sender}
 
@@ -84,8 +86,9 @@ class SecureAggregation:
         lengths = {vector.size for vector in masked.values()}
         for site, vector in masked.items():
             if vector.dtype != RING_DTYPE or vector.ndim != 1 or len(lengths) != 1:
-                raise SecAggError(f"site {site} sent a {vector.dtype} vector of shape {vector.shape}; expected 1-D "
-                                  f"uint64 vectors of one common length (lengths received: {sorted(lengths)})")
+                raise SecureAggregationError(
+                    f"site {site} sent a {vector.dtype} vector of shape {vector.shape}; expected 1-D "
+                    f"uint64 vectors of one common length (lengths received: {sorted(lengths)})")
 
     def unmask(self, masked: Mapping[str, np.ndarray], revealed: Mapping[str, Revealed]) -> np.ndarray:
         """The survivors' plain sum mod 2^64 from their masked vectors and at least t unmasking answers."""
@@ -100,8 +103,9 @@ class SecureAggregation:
             raw = self._rebuild({r: revealed[r].mask_keys.get(site, b"") for r in responders}, site, "mask key")
             key = X25519PrivateKey.from_private_bytes(raw)
             if public_bytes(key) != self.keys[site].mask_key:
-                raise SecAggError(f"the mask key of dropped site {site} rebuilt from the shares of "
-                                  f"{', '.join(responders)} does not match its public key: a share is wrong")
+                raise SecureAggregationError(
+                    f"the mask key of dropped site {site} rebuilt from the shares of "
+                    f"{', '.join(responders)} does not match its public key: a share is wrong")
             add_pairwise_masks(total, key, site, {s: self.keys[s].mask_key for s in self.survivors}, self.session)
         return total
 
@@ -114,25 +118,28 @@ class SecureAggregation:
     def _quorum(self, received: Mapping[str, object], expected: list[str], step: str) -> list[str]:
         strangers = sorted(set(received) - set(expected))
         if strangers:
-            raise SecAggError(f"site(s) {', '.join(strangers)} {step} without being among {', '.join(expected)}; "
-                              "refusing the aggregation")
+            raise SecureAggregationError(
+                f"site(s) {', '.join(strangers)} {step} without being among {', '.join(expected)}; "
+                "refusing the aggregation")
         present = sorted(received)
         if len(present) < self.threshold:
             missing = sorted(set(expected) - set(received))
-            raise SecAggError(f"only {len(present)} site(s) {step} ({', '.join(present) or 'none'}; missing: "
-                              f"{', '.join(missing)}), fewer than the threshold {self.threshold}: no sum is released; "
-                              "submit the job again when enough sites are connected")
+            raise SecureAggregationError(
+                f"only {len(present)} site(s) {step} ({', '.join(present) or 'none'}; missing: "
+                f"{', '.join(missing)}), fewer than the threshold {self.threshold}: no sum is released; "
+                "submit the job again when enough sites are connected")
         return present
 
     def _rebuild(self, shares: dict[str, bytes], site: str, what: str) -> bytes:
         """A secret from t shares; with more than t, a second set of t must agree (a wrong share is caught)."""
         bad = sorted(holder for holder, share in shares.items() if len(share) != SHARE_BYTES)
         if bad:
-            raise SecAggError(f"site(s) {', '.join(bad)} sent no share of the {what} of {site}")
+            raise SecureAggregationError(f"site(s) {', '.join(bad)} sent no share of the {what} of {site}")
         secret = combine_shares(shares, self.key_exchange, self.threshold)
         if len(shares) > self.threshold:
             other = dict(sorted(shares.items())[-self.threshold:])
             if combine_shares(other, self.key_exchange, self.threshold) != secret:
-                raise SecAggError(f"the shares of the {what} of {site} from {', '.join(sorted(shares))} disagree: "
-                                  "a site sent a wrong share")
+                raise SecureAggregationError(
+                    f"the shares of the {what} of {site} from {', '.join(sorted(shares))} disagree: "
+                    "a site sent a wrong share")
         return secret

@@ -1,7 +1,8 @@
 """Site side of the FedKT-CSD one-shot job: secure aggregation of the site's statistics, then an optional evaluation.
 
 No training at the site. `keys` checks the server's announcement against the site's own autoencoder and makes
-fresh keys whose private halves stay in this executor's memory for this session only (`site_agent.secure_agg`);
+fresh keys whose private halves stay in this executor's memory for this session only
+(`site_agent.secure_aggregation`);
 `shares` sends encrypted shares of this site's secrets to its peers through the server; `statistics` encodes
 the site's images (or takes the privacy officer's reviewed export) and sends only the masked fixed-point vector;
 `unmask` reveals the shares that let the server remove the masks of the survivors and of the sites lost after
@@ -21,8 +22,8 @@ from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
 from site_agent.fedkt.export import ExportSettings, payload_sha256, read_export
 from site_agent.fedkt.site_data import load_split, read_images, statistics_vector
 from site_agent.policy import PolicyInForce
-from site_agent.secagg_identity import SigningIdentity
-from site_agent.secure_agg import SecAggSite
+from site_agent.secure_aggregation import SecureAggregationSite
+from site_agent.secure_aggregation_identity import SigningIdentity
 from site_agent.tasks.executor import SiteContext, TaskExecutor
 
 
@@ -43,7 +44,7 @@ class FedKTCSDTask(TaskExecutor):
         self.holdout_fraction = holdout_fraction
         self.reviewed_statistics = reviewed_statistics
         self._loaded: LoadedAutoencoder | None = None
-        self._secagg: SecAggSite | None = None
+        self._secagg: SecureAggregationSite | None = None
 
     def task_keys(self, model: FLModel, ctx: SiteContext) -> FLModel:
         self._loaded = load_autoencoder(ctx.data_dir(self.autoencoder), ctx.device)
@@ -52,7 +53,7 @@ class FedKTCSDTask(TaskExecutor):
         policy = PolicyInForce.read(ctx.workspace_dir / "local").policy  # the site's floor, if it set one
         floor = max(MIN_SITES, policy.min_secure_aggregation_sites if policy else MIN_SITES)
         identity = SigningIdentity.from_kit(ctx.workspace_dir)  # None in the simulator: no startup kit
-        self._secagg = SecAggSite(ctx.site_name, session, min_threshold=floor, identity=identity)
+        self._secagg = SecureAggregationSite(ctx.site_name, session, min_threshold=floor, identity=identity)
         return FLModel(params=protocol.keys_params(self._secagg.advertised))
 
     def task_shares(self, model: FLModel, ctx: SiteContext) -> FLModel:
@@ -86,7 +87,7 @@ class FedKTCSDTask(TaskExecutor):
         load_numpy_params(classifier, model.params)
         return FLModel(metrics=evaluate_classifier(classifier, held_out.images, held_out.labels, self.classes))
 
-    def _session_for(self, model: FLModel, ctx: SiteContext) -> SecAggSite:
+    def _session_for(self, model: FLModel, ctx: SiteContext) -> SecureAggregationSite:
         session = model.meta.get(protocol.SESSION)
         if self._secagg is None or session != self._secagg.session:
             held = self._secagg.session if self._secagg else None

@@ -21,7 +21,7 @@ from fl_contract.fedkt.classifier import build_classifier
 from fl_contract.fedkt.wire import RING_DTYPE, class_length
 from fl_contract.models import state_dict_to_numpy
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
-from fl_contract.secagg import SecAggError
+from fl_contract.secure_aggregation import SecureAggregationError
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt.site_data import statistics_vector
@@ -107,7 +107,7 @@ def test_steps_out_of_session_are_refused(federation):
     with pytest.raises(RuntimeError, match=r"site-1 has no keys for session 'job-1/attempt-2'.*rerun the job"):
         task.task_shares(FLModel(params={}, meta={protocol.SESSION: "job-1/attempt-2", protocol.THRESHOLD: 3}),
                          contexts["site-1"])
-    with pytest.raises(SecAggError, match="site-1 has not shared its keys"):
+    with pytest.raises(SecureAggregationError, match="site-1 has not shared its keys"):
         task.task_statistics(FLModel(params={}, meta={protocol.SESSION: SESSION, protocol.SITES: SITES}),
                              contexts["site-1"])
 
@@ -146,6 +146,7 @@ def test_a_site_holds_the_server_to_its_own_policy_floor_for_the_threshold(feder
     relay = FLModel(params=protocol.key_exchange_params({s: protocol.read_keys(k.params) for s, k in keys.items()}),
                     meta={protocol.SESSION: SESSION, protocol.THRESHOLD: 3})
 
-    with pytest.raises(SecAggError, match="site-1: 3 sites in the key exchange, but .* at least 5 \\(its minimum\\)"):
+    with pytest.raises(SecureAggregationError,
+                       match="site-1: 3 sites in the key exchange, but .* at least 5 \\(its minimum\\)"):
         tasks["site-1"].task_shares(relay, strict)
     assert tasks["site-2"].task_shares(relay, contexts["site-2"]).params  # the default floor, 3, accepts it

@@ -40,7 +40,7 @@ _SHARE_LABEL = b"hospital-fl/secagg/share-encryption/v1"
 _KEYS_LABEL = b"hospital-fl/secagg/advertised-keys/v1"
 
 
-class SecAggError(ValueError):
+class SecureAggregationError(ValueError):
     """A secure aggregation cannot go on; the message names the site(s) and what to do."""
 
 
@@ -116,7 +116,7 @@ def split_secret(secret: bytes, threshold: int, holders: Sequence[str]) -> dict[
 def combine_shares(shares: Mapping[str, bytes], holders: Sequence[str], threshold: int) -> bytes:
     """The 32-byte secret from at least `threshold` shares, keyed by holder name (`holders` as given to the split)."""
     if len(shares) < threshold:
-        raise SecAggError(f"{len(shares)} share(s) but the threshold is {threshold}")
+        raise SecureAggregationError(f"{len(shares)} share(s) but the threshold is {threshold}")
     index = {holder: x for x, holder in enumerate(holders, start=1)}
     chosen = sorted(shares)[:threshold]
     halves = [Shamir.combine([(index[h], shares[h][part:part + 16]) for h in chosen]) for part in (0, 16)]
@@ -139,8 +139,9 @@ def decrypt_shares(share_key: X25519PrivateKey, peer_share_key: bytes, session: 
         return AESGCM(key).decrypt(ciphertext[:_NONCE_BYTES], ciphertext[_NONCE_BYTES:],
                                    _direction(session, sender, recipient))
     except InvalidTag as err:
-        raise SecAggError(f"the shares from {sender} to {recipient} do not decrypt: altered or misrouted on the way "
-                          "(the server relays them); refusing this aggregation") from err
+        raise SecureAggregationError(
+            f"the shares from {sender} to {recipient} do not decrypt: altered or misrouted on the way "
+            "(the server relays them); refusing this aggregation") from err
 
 
 def check_subset(sites: Iterable[str], of: Iterable[str], what: str, site: str) -> list[str]:
@@ -148,8 +149,9 @@ def check_subset(sites: Iterable[str], of: Iterable[str], what: str, site: str) 
     chosen, allowed = sorted(set(sites)), set(of)
     strangers = [name for name in chosen if name not in allowed]
     if strangers:
-        raise SecAggError(f"site {site}: the server lists {', '.join(strangers)} among the {what}, but they were not "
-                          "among the sites before; refusing this aggregation")
+        raise SecureAggregationError(
+            f"site {site}: the server lists {', '.join(strangers)} among the {what}, but they were not "
+            "among the sites before; refusing this aggregation")
     return chosen
 
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from fl_contract.fedkt.wire import RING_DTYPE, from_ring
-from fl_contract.secagg import SecAggError, combine_shares, mask_stream, pair_seed, split_secret
+from fl_contract.secure_aggregation import SecureAggregationError, combine_shares, mask_stream, pair_seed, split_secret
 from server_app.privacy.secure_aggregation import Revealed, SecureAggregation
 from site_agent.fedkt.stats import class_statistics
-from site_agent.secure_agg import SecAggSite
+from site_agent.secure_aggregation import SecureAggregationSite
 
 SESSION = "job-1234/attempt-1"
 CLIP_NORM = 3.0
@@ -22,7 +22,7 @@ CLIP_NORM = 3.0
 def _aggregate(vectors: dict[str, np.ndarray], *, min_sites: int = 3, silent_at_sharing: Collection[str] = (),
                dropped: Collection[str] = (), silent_at_unmasking: Collection[str] = ()) -> np.ndarray:
     """The four steps in-process, as the job runs them; sites in each collection stop answering from that step on."""
-    sites = {name: SecAggSite(name, SESSION, min_threshold=min_sites) for name in vectors}
+    sites = {name: SecureAggregationSite(name, SESSION, min_threshold=min_sites) for name in vectors}
     server = SecureAggregation(SESSION, min_sites)
     server.start({name: site.advertised for name, site in sites.items()})
     sent = {name: site.share(server.keys, server.threshold) for name, site in sites.items()
@@ -81,10 +81,11 @@ def test_sites_lost_at_each_step_up_to_the_threshold():
 def test_below_the_threshold_the_aggregation_stops_naming_the_missing_sites():
     vectors = _vectors(4)  # threshold 3
 
-    with pytest.raises(SecAggError, match=r"only 2 site\(s\) sent masked statistics .*missing: site-1, site-3\), "
-                                          r"fewer than the threshold 3"):
+    with pytest.raises(SecureAggregationError,
+                       match=r"only 2 site\(s\) sent masked statistics .*missing: site-1, site-3\), "
+                             r"fewer than the threshold 3"):
         _aggregate(vectors, dropped=["site-1", "site-3"])
-    with pytest.raises(SecAggError, match=r"only 2 site\(s\) answered the unmasking .*missing: site-2\)"):
+    with pytest.raises(SecureAggregationError, match=r"only 2 site\(s\) answered the unmasking .*missing: site-2\)"):
         _aggregate(vectors, dropped=["site-3"], silent_at_unmasking=["site-2"])
 
 
@@ -105,8 +106,8 @@ def test_statistics_aggregate_identically_over_3_and_10_sites_with_one_lost():
 def test_one_masked_message_is_unrelated_to_the_plain_statistics():
     latents, labels = _latents(n=3000, dim=32, num_classes=10)
     vector = class_statistics(latents, labels, 10, CLIP_NORM)
-    site = SecAggSite("site-1", SESSION, min_threshold=3)
-    peers = {name: SecAggSite(name, SESSION, min_threshold=3) for name in ("site-0", "site-2")}
+    site = SecureAggregationSite("site-1", SESSION, min_threshold=3)
+    peers = {name: SecureAggregationSite(name, SESSION, min_threshold=3) for name in ("site-0", "site-2")}
     keys = {"site-1": site.advertised, **{name: peer.advertised for name, peer in peers.items()}}
     site.share(keys, 3)
     sent = {name: peer.share(keys, 3)["site-1"] for name, peer in peers.items()}
@@ -124,7 +125,7 @@ def test_one_masked_message_is_unrelated_to_the_plain_statistics():
 
 def test_a_site_never_reveals_both_secrets_of_one_site_nor_answers_twice():
     vectors = _vectors(4)
-    sites = {name: SecAggSite(name, SESSION, min_threshold=3) for name in vectors}
+    sites = {name: SecureAggregationSite(name, SESSION, min_threshold=3) for name in vectors}
     keys = {name: site.advertised for name, site in sites.items()}
     relayed = SecureAggregation(SESSION, 3)
     relayed.start(keys)
@@ -132,40 +133,40 @@ def test_a_site_never_reveals_both_secrets_of_one_site_nor_answers_twice():
     site = sites["site-0"]
     site.mask(vectors["site-0"], sorted(keys), _addressed_to("site-0", shares))
 
-    with pytest.raises(SecAggError, match=r"listed as both: \['site-2'\]"):
+    with pytest.raises(SecureAggregationError, match=r"listed as both: \['site-2'\]"):
         site.reveal(["site-0", "site-1", "site-2"], ["site-2", "site-3"])
-    with pytest.raises(SecAggError, match="do not split the sites that shared"):
+    with pytest.raises(SecureAggregationError, match="do not split the sites that shared"):
         site.reveal(["site-0", "site-1", "site-2"], [])  # site-3 unaccounted for
-    with pytest.raises(SecAggError, match="leave this site out"):
+    with pytest.raises(SecureAggregationError, match="leave this site out"):
         site.reveal(["site-1", "site-2", "site-3"], ["site-0"])
     site.reveal(["site-0", "site-1", "site-2"], ["site-3"])
-    with pytest.raises(SecAggError, match="already answered the unmasking"):
+    with pytest.raises(SecureAggregationError, match="already answered the unmasking"):
         site.reveal(sorted(keys), [])
 
 
 def test_a_site_refuses_a_low_threshold_a_foreign_key_list_and_altered_shares():
-    sites = {f"site-{i}": SecAggSite(f"site-{i}", SESSION, min_threshold=3) for i in range(5)}
+    sites = {f"site-{i}": SecureAggregationSite(f"site-{i}", SESSION, min_threshold=3) for i in range(5)}
     keys = {name: site.advertised for name, site in sites.items()}
 
-    with pytest.raises(SecAggError, match="threshold of 2 among 5 sites; .*threshold from 3 to 5"):
+    with pytest.raises(SecureAggregationError, match="threshold of 2 among 5 sites; .*threshold from 3 to 5"):
         sites["site-0"].share(keys, 2)
-    with pytest.raises(SecAggError, match="does not list this site with its own keys"):
+    with pytest.raises(SecureAggregationError, match="does not list this site with its own keys"):
         sites["site-0"].share({**keys, "site-0": keys["site-1"]}, 3)
     sent = {name: site.share(keys, 3) for name, site in sites.items()}
     for_site_0 = {sender: shares["site-0"] for sender, shares in sent.items() if sender != "site-0"}
     altered = {**for_site_0, "site-3": for_site_0["site-3"][:-1] + bytes([for_site_0["site-3"][-1] ^ 1])}
-    with pytest.raises(SecAggError, match="shares from site-3 to site-0 do not decrypt"):
+    with pytest.raises(SecureAggregationError, match="shares from site-3 to site-0 do not decrypt"):
         sites["site-0"].mask(np.zeros(4, dtype=RING_DTYPE), sorted(keys), altered)
     swapped = {**for_site_0, "site-3": for_site_0["site-4"]}
-    with pytest.raises(SecAggError, match="shares from site-3 to site-0 do not decrypt"):
+    with pytest.raises(SecureAggregationError, match="shares from site-3 to site-0 do not decrypt"):
         sites["site-0"].mask(np.zeros(4, dtype=RING_DTYPE), sorted(keys), swapped)
-    with pytest.raises(SecAggError, match="among the sites that shared their keys, but they were not"):
+    with pytest.raises(SecureAggregationError, match="among the sites that shared their keys, but they were not"):
         sites["site-0"].mask(np.zeros(4, dtype=RING_DTYPE), [*sorted(keys), "site-9"], for_site_0)
 
 
 def test_a_wrong_share_of_a_dropped_mask_key_is_caught():
     vectors = _vectors(4)
-    sites = {name: SecAggSite(name, SESSION, min_threshold=3) for name in vectors}
+    sites = {name: SecureAggregationSite(name, SESSION, min_threshold=3) for name in vectors}
     server = SecureAggregation(SESSION, 3)
     server.start({name: site.advertised for name, site in sites.items()})
     relayed = server.relay({name: site.share(server.keys, server.threshold) for name, site in sites.items()})
@@ -176,7 +177,8 @@ def test_a_wrong_share_of_a_dropped_mask_key_is_caught():
     wrong = dict(revealed["site-1"].mask_keys)
     wrong["site-3"] = bytes(32)
 
-    with pytest.raises(SecAggError, match="mask key of dropped site site-3 .* does not match its public key"):
+    with pytest.raises(SecureAggregationError,
+                       match="mask key of dropped site site-3 .* does not match its public key"):
         server.unmask(masked, {**revealed, "site-1": Revealed(revealed["site-1"].self_seeds, wrong)})
 
 
@@ -187,7 +189,7 @@ def test_shamir_shares_rebuild_from_any_threshold_subset_and_pair_seeds_agree():
 
     assert combine_shares({h: shares[h] for h in ("site-0", "site-2", "site-4")}, holders, 3) == secret
     assert combine_shares({h: shares[h] for h in ("site-1", "site-3", "site-4")}, holders, 3) == secret
-    a, b = SecAggSite("a", SESSION, 2), SecAggSite("b", SESSION, 2)
+    a, b = SecureAggregationSite("a", SESSION, 2), SecureAggregationSite("b", SESSION, 2)
     ab = pair_seed(a._mask_key, b.advertised.mask_key, SESSION, "a", "b")
     assert ab == pair_seed(b._mask_key, a.advertised.mask_key, SESSION, "b", "a")
     assert ab != pair_seed(a._mask_key, b.advertised.mask_key, "another-session", "a", "b")

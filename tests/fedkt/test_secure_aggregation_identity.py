@@ -14,10 +14,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from fl_contract.secagg import SecAggError, generate_keypair
+from fl_contract.secure_aggregation import SecureAggregationError, generate_keypair
 from server_app.privacy.secure_aggregation import Revealed, SecureAggregation
-from site_agent.secagg_identity import SigningIdentity
-from site_agent.secure_agg import SecAggSite
+from site_agent.secure_aggregation import SecureAggregationSite
+from site_agent.secure_aggregation_identity import SigningIdentity
 
 SESSION = "job-9/attempt-1"
 SITES = ["site-1", "site-2", "site-3", "site-4"]
@@ -59,8 +59,8 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SigningIde
     return {name: identity for name, identity in identities.items() if identity is not None}
 
 
-def _sites(federation: dict[str, SigningIdentity], **replaced: str) -> dict[str, SecAggSite]:
-    return {site: SecAggSite(site, SESSION, 3, federation[replaced.get(site, site)]) for site in SITES}
+def _sites(federation: dict[str, SigningIdentity], **replaced: str) -> dict[str, SecureAggregationSite]:
+    return {site: SecureAggregationSite(site, SESSION, 3, federation[replaced.get(site, site)]) for site in SITES}
 
 
 def test_signed_keys_aggregate_to_the_exact_sum(federation):
@@ -85,7 +85,7 @@ def test_a_swapped_key_is_refused_naming_the_site(federation):
     keys = {name: site.advertised for name, site in sites.items()}
     _, server_made = generate_keypair()  # the server's own key in place of site-2's
 
-    with pytest.raises(SecAggError, match="keys relayed for site-2 are not the ones site-2 signed"):
+    with pytest.raises(SecureAggregationError, match="keys relayed for site-2 are not the ones site-2 signed"):
         sites["site-1"].share({**keys, "site-2": dataclasses.replace(keys["site-2"], mask_key=server_made)}, 3)
 
 
@@ -93,9 +93,9 @@ def test_another_sites_certificate_or_signature_is_refused(federation):
     sites = _sites(federation)
     keys = {name: site.advertised for name, site in sites.items()}
 
-    with pytest.raises(SecAggError, match=r"relays keys for site-2 with the certificate of \['site-3'\]"):
+    with pytest.raises(SecureAggregationError, match=r"relays keys for site-2 with the certificate of \['site-3'\]"):
         sites["site-1"].share({**keys, "site-2": dataclasses.replace(keys["site-3"])}, 3)
-    with pytest.raises(SecAggError, match="relays keys for site-2 without its certificate and signature"):
+    with pytest.raises(SecureAggregationError, match="relays keys for site-2 without its certificate and signature"):
         sites["site-1"].share({**keys, "site-2": dataclasses.replace(keys["site-2"], signature=b"")}, 3)
 
 
@@ -105,10 +105,10 @@ def test_a_certificate_from_another_federation_or_expired_is_refused(federation)
         sites = _sites(federation, **{"site-2": replacement})
         keys = {name: site.advertised for name, site in sites.items()}
 
-        with pytest.raises(SecAggError, match=message):
+        with pytest.raises(SecureAggregationError, match=message):
             sites["site-1"].share(keys, 3)
 
 
 def test_without_a_startup_kit_nothing_is_signed(tmp_path):
     assert SigningIdentity.from_kit(tmp_path) is None
-    assert SecAggSite("site-1", SESSION, 3).advertised.signature == b""
+    assert SecureAggregationSite("site-1", SESSION, 3).advertised.signature == b""

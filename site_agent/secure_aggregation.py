@@ -4,7 +4,7 @@ Held in the executor's memory for one session only; nothing of it is written to 
 simply drops out (the others recover the sum without it). The site checks every list the server sends before it
 acts on it, so that a server that lies about who survived cannot make it reveal both secrets of one site: a site
 listed as a survivor gets its self-mask seed share revealed, a dropped one its mask-key share, never both, and a
-site answers one unmasking request per session. Primitives: `fl_contract.secagg`.
+site answers one unmasking request per session. Primitives: `fl_contract.secure_aggregation`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fl_contract.fedkt.wire import RING_DTYPE
-from fl_contract.secagg import (
+from fl_contract.secure_aggregation import (
     KEY_BYTES,
     SHARE_BYTES,
     AdvertisedKeys,
-    SecAggError,
+    SecureAggregationError,
     add_pairwise_masks,
     check_subset,
     decrypt_shares,
@@ -29,14 +29,14 @@ from fl_contract.secagg import (
     mask_stream,
     split_secret,
 )
-from site_agent.secagg_identity import SigningIdentity
+from site_agent.secure_aggregation_identity import SigningIdentity
 
 
-class SecAggSite:
+class SecureAggregationSite:
     """`min_threshold`: the fewest shares the site lets reconstruct its secrets (besides a majority of the exchange).
 
     With an `identity` (a provisioned kit) the site signs its keys and takes part only if every peer's keys are
-    signed by that peer's certificate from the same federation (`site_agent.secagg_identity`).
+    signed by that peer's certificate from the same federation (`site_agent.secure_aggregation_identity`).
     """
 
     def __init__(self, site: str, session: str, min_threshold: int, identity: SigningIdentity | None = None):
@@ -59,17 +59,20 @@ class SecAggSite:
     def share(self, keys: Mapping[str, AdvertisedKeys], threshold: int) -> dict[str, bytes]:
         """Shares of this site's mask key and self-mask seed, encrypted to each peer of the key exchange."""
         if keys.get(self.site) != self.advertised:
-            raise SecAggError(f"site {self.site}: the key exchange does not list this site with its own keys; "
-                              "refusing this aggregation")
+            raise SecureAggregationError(
+                f"site {self.site}: the key exchange does not list this site with its own keys; "
+                "refusing this aggregation")
         holders = sorted(keys)
         floor = max(self.min_threshold, majority_threshold(len(holders)))
         if floor > len(holders):
-            raise SecAggError(f"site {self.site}: {len(holders)} sites in the key exchange, but this site shares its "
-                              f"secrets only in aggregations of at least {floor} (its minimum); refusing")
+            raise SecureAggregationError(
+                f"site {self.site}: {len(holders)} sites in the key exchange, but this site shares its "
+                f"secrets only in aggregations of at least {floor} (its minimum); refusing")
         if not floor <= threshold <= len(holders):
-            raise SecAggError(f"site {self.site}: the server asks for a threshold of {threshold} among "
-                              f"{len(holders)} sites; this site shares its secrets only with a threshold from {floor} "
-                              f"to {len(holders)}")
+            raise SecureAggregationError(
+                f"site {self.site}: the server asks for a threshold of {threshold} among "
+                f"{len(holders)} sites; this site shares its secrets only with a threshold from {floor} "
+                f"to {len(holders)}")
         if self.identity is not None:
             for peer in holders:
                 if peer != self.site:
@@ -92,20 +95,22 @@ class SecAggSite:
         if vector.dtype != RING_DTYPE or vector.ndim != 1:
             raise ValueError(f"expected a 1-D little-endian uint64 vector, got {vector.dtype} {vector.shape}")
         if not self._keys:
-            raise SecAggError(f"site {self.site} has not shared its keys in session {self.session!r}")
+            raise SecureAggregationError(f"site {self.site} has not shared its keys in session {self.session!r}")
         sharing = self._check_quorum(check_subset(sharing, self._keys, "sites that shared their keys", self.site),
                                      "sites that shared their keys")
         senders = set(sharing) - {self.site}
         if set(ciphertexts) != senders:
             missing, extra = sorted(senders - set(ciphertexts)), sorted(set(ciphertexts) - senders)
-            raise SecAggError(f"site {self.site}: the server relays shares from {extra or 'no other site'} it did not "
-                              f"list and none from {missing or 'no listed site'}; refusing this aggregation")
+            raise SecureAggregationError(
+                f"site {self.site}: the server relays shares from {extra or 'no other site'} it did not "
+                f"list and none from {missing or 'no listed site'}; refusing this aggregation")
         for sender in sorted(senders):
             plain = decrypt_shares(self._share_key, self._keys[sender].share_key, self.session, sender, self.site,
                                    ciphertexts[sender])
             if len(plain) != 2 * SHARE_BYTES:
-                raise SecAggError(f"site {self.site}: the shares from {sender} are {len(plain)} bytes, expected "
-                                  f"{2 * SHARE_BYTES}")
+                raise SecureAggregationError(
+                    f"site {self.site}: the shares from {sender} are {len(plain)} bytes, expected "
+                    f"{2 * SHARE_BYTES}")
             self._held[sender] = (plain[:SHARE_BYTES], plain[SHARE_BYTES:])
         self._sharing = sharing
         masked: np.ndarray = vector + mask_stream(self._self_seed, vector.size)
@@ -116,24 +121,28 @@ class SecAggSite:
     def reveal(self, survivors: Sequence[str], dropped: Sequence[str]) -> tuple[dict[str, bytes], dict[str, bytes]]:
         """(self-mask seed shares of the survivors, mask-key shares of the dropped sites), once per session."""
         if not self._sharing:
-            raise SecAggError(f"site {self.site} sent no masked vector in session {self.session!r}; nothing to unmask")
+            raise SecureAggregationError(
+                f"site {self.site} sent no masked vector in session {self.session!r}; nothing to unmask")
         if self._answered:
-            raise SecAggError(f"site {self.site} has already answered the unmasking of session {self.session!r}; "
-                              "a second request is refused")
+            raise SecureAggregationError(
+                f"site {self.site} has already answered the unmasking of session {self.session!r}; "
+                "a second request is refused")
         survivors = self._check_quorum(check_subset(survivors, self._sharing, "survivors", self.site), "survivors")
         dropped = check_subset(dropped, self._sharing, "dropped sites", self.site)
         both = sorted(set(survivors) & set(dropped))
         if both or set(survivors) | set(dropped) != set(self._sharing):
-            raise SecAggError(f"site {self.site}: the server's survivors {survivors} and dropped sites {dropped} do not "
-                              f"split the sites that shared {self._sharing} (listed as both: {both or 'none'}); "
-                              "refusing to reveal any share")
+            raise SecureAggregationError(
+                f"site {self.site}: the server's survivors {survivors} and dropped sites {dropped} do not "
+                f"split the sites that shared {self._sharing} (listed as both: {both or 'none'}); "
+                "refusing to reveal any share")
         self._answered = True
         return ({site: self._held[site][1] for site in survivors}, {site: self._held[site][0] for site in dropped})
 
     def _check_quorum(self, sites: list[str], what: str) -> list[str]:
         if self.site not in sites:
-            raise SecAggError(f"site {self.site}: the server's {what} {sites} leave this site out")
+            raise SecureAggregationError(f"site {self.site}: the server's {what} {sites} leave this site out")
         if len(sites) < self._threshold:
-            raise SecAggError(f"site {self.site}: only {len(sites)} {what} ({', '.join(sites)}), fewer than the "
-                              f"threshold {self._threshold}; refusing this aggregation")
+            raise SecureAggregationError(
+                f"site {self.site}: only {len(sites)} {what} ({', '.join(sites)}), fewer than the "
+                f"threshold {self._threshold}; refusing this aggregation")
         return sites

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, PublicKeyTypes
 from cryptography.x509.oid import NameOID
 
-from fl_contract.secagg import SecAggError
+from fl_contract.secure_aggregation import SecureAggregationError
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,9 @@ class SigningIdentity:
             return cls(certificate, serialization.load_pem_private_key(key, password=None),
                        x509.load_pem_x509_certificate(root))
         except (OSError, ValueError, TypeError) as err:
-            raise SecAggError(f"{startup}: cannot load the site's certificate, key and root CA to sign its secure-"
-                              f"aggregation keys ({err}); run site-agent check on this kit") from err
+            raise SecureAggregationError(
+                f"{startup}: cannot load the site's certificate, key and root CA to sign its secure-"
+                f"aggregation keys ({err}); run site-agent check on this kit") from err
 
     def sign(self, message: bytes) -> bytes:
         key = self.private_key
@@ -53,33 +54,39 @@ class SigningIdentity:
             return key.sign(message, _PSS, hashes.SHA256())
         if isinstance(key, ec.EllipticCurvePrivateKey):
             return key.sign(message, ec.ECDSA(hashes.SHA256()))
-        raise SecAggError(f"the site's key is a {type(key).__name__}; secure aggregation signs with RSA or EC keys")
+        raise SecureAggregationError(
+            f"the site's key is a {type(key).__name__}; secure aggregation signs with RSA or EC keys")
 
     def verify(self, peer: str, certificate: bytes, signature: bytes, message: bytes,
                now: dt.datetime | None = None) -> None:
         """Raise naming `peer` unless its certificate is the federation's for that name and signs `message`."""
         if not certificate or not signature:
-            raise SecAggError(f"the server relays keys for {peer} without its certificate and signature; this site "
-                              "takes part only with signed keys: refusing this aggregation")
+            raise SecureAggregationError(
+                f"the server relays keys for {peer} without its certificate and signature; this site "
+                "takes part only with signed keys: refusing this aggregation")
         try:
             cert = x509.load_pem_x509_certificate(certificate)
             cert.verify_directly_issued_by(self.root_ca)
         except (ValueError, TypeError, InvalidSignature) as err:
-            raise SecAggError(f"the certificate relayed for {peer} was not issued by this federation's root CA "
-                              f"({err or 'bad signature'}): refusing this aggregation") from err
+            raise SecureAggregationError(
+                f"the certificate relayed for {peer} was not issued by this federation's root CA "
+                f"({err or 'bad signature'}): refusing this aggregation") from err
         now = now or dt.datetime.now(dt.UTC)
         if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
-            raise SecAggError(f"the certificate of {peer} is valid only from {cert.not_valid_before_utc:%Y-%m-%d} to "
-                              f"{cert.not_valid_after_utc:%Y-%m-%d}: refusing this aggregation")
+            raise SecureAggregationError(
+                f"the certificate of {peer} is valid only from {cert.not_valid_before_utc:%Y-%m-%d} to "
+                f"{cert.not_valid_after_utc:%Y-%m-%d}: refusing this aggregation")
         names = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
         if names != [peer]:
-            raise SecAggError(f"the server relays keys for {peer} with the certificate of {names}: refusing this "
-                              "aggregation")
+            raise SecureAggregationError(
+                f"the server relays keys for {peer} with the certificate of {names}: refusing this "
+                "aggregation")
         try:
             _verify(cert.public_key(), signature, message)
         except (InvalidSignature, TypeError) as err:
-            raise SecAggError(f"the keys relayed for {peer} are not the ones {peer} signed (altered on the way): "
-                              "refusing this aggregation") from err
+            raise SecureAggregationError(
+                f"the keys relayed for {peer} are not the ones {peer} signed (altered on the way): "
+                "refusing this aggregation") from err
 
 
 _PSS = padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=padding.PSS.DIGEST_LENGTH)
