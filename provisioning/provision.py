@@ -30,8 +30,11 @@ from provisioning.policy import (
     authorization_policy,
     default_site_policy,
     job_recovery_component,
+    job_scheduler_args,
+    site_admission_component,
     site_guard_component,
 )
+from server_app.admission import Participants, write_participants
 from site_agent.policy import write_policy
 
 TEMPLATE = Path(__file__).with_name("project.yml")
@@ -118,7 +121,9 @@ def write_site_policy(kit: Path, accepted_roles: list[str], stream_logs: bool = 
     write_policy(kit / "local", default_site_policy(accepted_roles))
 
 
-def write_server_policy(kit: Path, storage: Path) -> None:
+def write_server_policy(kit: Path, storage: Path, participants: Participants) -> None:
+    """Server resources: exact allow-list, storage in the workspace, heartbeat timeout, recovery, the scheduler's
+    retry interval, and the admission of only the project's participants (their list in `local/participants.json`)."""
     resources = json.loads((kit / "local" / "resources.json.default").read_text())
     resources["class_list_enforcement_mode"] = "enforce"
     resources["class_allow_list"] = server_allow_list()
@@ -126,12 +131,15 @@ def write_server_policy(kit: Path, storage: Path) -> None:
     for component in resources["components"]:
         if component["id"] == "job_manager":
             component["args"]["uri_root"] = str(storage / "jobs")
-    resources["components"] = [c for c in resources["components"] if c.get("id") != "job_recovery"]
-    resources["components"].append(job_recovery_component())
+        if component["id"] == "job_scheduler":
+            component["args"].update(job_scheduler_args())
+    resources["components"] = [c for c in resources["components"] if c.get("id") not in ("job_recovery", "site_admission")]
+    resources["components"] += [job_recovery_component(), site_admission_component()]
     for server in resources.get("servers", []):
         server["heart_beat_timeout"] = SERVER_HEARTBEAT_TIMEOUT_S
     _write_json(kit / "local" / "resources.json", resources)
     _write_json(kit / "local" / "authorization.json", authorization_policy())
+    write_participants(kit / "local", participants)
 
 
 def protect_private_keys(federation: Federation) -> None:
@@ -176,7 +184,10 @@ def provision(project: dict[str, Any], workspace: Path, accepted_roles: list[str
     server = next(p["name"] for p in participants if p["type"] == "server")
     sites = [p["name"] for p in participants if p["type"] == "client"]
     admins = {p["name"]: p["role"] for p in participants if p["type"] == "admin"}
-    write_server_policy(kits_dir / server, Path(server_storage) if server_storage else kits_dir / server / "storage")
+    listed = Participants(project["name"], frozenset(sites), frozenset(admins),
+                          frozenset(p["name"] for p in participants if p["type"] == "relay"))
+    write_server_policy(kits_dir / server, Path(server_storage) if server_storage else kits_dir / server / "storage",
+                        listed)
     for site in sites:
         write_site_policy(kits_dir / site, accepted_roles or DEFAULT_ACCEPTED_ROLES, stream_site_logs)
     federation = Federation(project["name"], kits_dir, server, sites, admins)

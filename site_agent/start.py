@@ -40,6 +40,7 @@ from site_agent.processes import stop_process_tree
 
 CLIENT_MODULE = "nvflare.private.fed.app.client.client_train"
 REGISTERED = "Successfully registered client:"  # FLARE 2.9, nvflare/private/fed/client/fed_client_base.py
+REJECTED = b"registration rejected: "  # FLARE 2.9, nvflare/private/fed/authenticator.py: the server's reason follows
 LOG_NAME = "site-agent.log"
 
 EXIT_REFUSED = 78  # EX_CONFIG: the kit or the server's answer needs a person; the service unit does not restart
@@ -116,6 +117,7 @@ class FlareClient:
         self.process = subprocess.Popen(command, cwd=kit.root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, start_new_session=True)
         self.registered = threading.Event()
+        self.rejection = ""  # the server's reason when it refused to register the site
         self.last_lines: collections.deque[str] = collections.deque(maxlen=8)
         self._marker = f"{REGISTERED}{kit.site_name} ".encode()
         self._descendants: dict[int, psutil.Process] = {}
@@ -130,6 +132,8 @@ class FlareClient:
         for line in self.process.stdout:
             if self._marker in line:
                 self.registered.set()
+            elif REJECTED in line and not self.rejection:
+                self.rejection = line.split(REJECTED, 1)[1].decode(errors="replace").strip()
             self.last_lines.append(line.decode(errors="replace").rstrip())
             try:
                 sys.stdout.buffer.write(line)
@@ -198,6 +202,11 @@ def _diagnose(kit: SiteKit, client: FlareClient, waited: float) -> Refusal:
     refusal = _refusal_from([check_certificate(kit), check_server(kit)])
     if refusal:
         return refusal
+    if client.rejection:
+        return Refusal(f"the server refused to register {kit.site_name}: {client.rejection}",
+                       f"ask the federation lead: the server admits only the sites it lists (adding {kit.site_name} "
+                       "is a provisioning step, docs/admin-guide.md 'Adding a site'), and a disabled site stays "
+                       "refused until an admin enables it", EXIT_REFUSED)
     returncode = client.process.poll()
     seen = "\n  ".join(client.last_lines) or "(no output)"
     if returncode is not None:
@@ -261,7 +270,7 @@ def _join(client: FlareClient, kit: SiteKit, timeout: float, log: SiteLog, stop:
         watchdog.feed()
         if stop.signum:
             return _stop(client, stop, log)
-        if client.process.poll() is not None or time.monotonic() - started > timeout:
+        if client.rejection or client.process.poll() is not None or time.monotonic() - started > timeout:
             refusal = _diagnose(kit, client, time.monotonic() - started)
             client.stop()
             return _give_up(refusal, log, f"stopped the FLARE client (pid {client.pid})")

@@ -1,0 +1,213 @@
+"""Only the provisioned project's participants join the server: sites, admins (and relays) named in its list.
+
+FLARE's server registers any client whose certificate the federation's root CA signed, whatever its name: a kit
+for `site-9` made from the same CA state (a second project.yml, or the CA key in `state/cert.json`) would join,
+receive jobs and be averaged. `fl-provision` writes the project's participants into the server kit's
+`local/participants.json`; this component, configured in the server kit's `local/resources.json`, puts a check in
+front of FLARE's registration and heartbeat handlers:
+
+- a registration (site, relay or admin login) under a name the list does not hold is refused before FLARE looks at
+  it, with the reason in the server's log and in the refusal the client logs ("registration rejected: ...");
+- a heartbeat from a site the list no longer holds is refused too, so a site taken off the list, or one that tries
+  to re-activate an old token after a server restart, is out at its next heartbeat.
+
+The name checked is the one FLARE then verifies against the certificate's common name, so a listed name on an
+unlisted certificate still fails FLARE's own check. The list is re-read whenever the file changes: adding a site
+(`fl-provision` with the new site, then this one file copied to the running server's kit) needs no restart, and
+running jobs are untouched. A list that cannot be read keeps the last good one in force (and the log says why);
+with none read yet, every registration is refused: the server fails closed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nvflare.apis.event_type import EventType
+from nvflare.apis.fl_component import FLComponent
+from nvflare.apis.fl_context import FLContext
+from nvflare.fuel.f3.cellnet.core_cell import make_reply
+from nvflare.fuel.f3.cellnet.defs import CellChannel, CellChannelTopic
+from nvflare.fuel.f3.cellnet.defs import ReturnCode as CellReturnCode
+from nvflare.fuel.f3.message import Message
+from nvflare.private.defs import CellMessageHeaderKeys, ClientType
+
+PARTICIPANTS_FILE = "participants.json"
+_ROLES = {ClientType.REGULAR: "sites", ClientType.ADMIN: "admins", ClientType.RELAY: "relays"}
+_NOUNS = {"sites": "site", "admins": "admin", "relays": "relay"}
+
+
+class ParticipantsError(ValueError):
+    """The participants list is missing or malformed; the message names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class Participants:
+    """Who may join: the provisioned project's sites, admins and relays, by certificate common name."""
+
+    project: str
+    sites: frozenset[str]
+    admins: frozenset[str]
+    relays: frozenset[str] = frozenset()
+
+    def listed(self, client_type: str) -> frozenset[str]:
+        """The names of FLARE client type `client_type` (a site, an admin or a relay) that may join."""
+        names: frozenset[str] = getattr(self, _ROLES.get(client_type, "sites"))
+        return names
+
+    def refusal(self, name: str, client_type: str) -> str | None:
+        """Why `name` may not join, as the refused client is told (it does not learn who is listed); None if it may."""
+        if name in self.listed(client_type):
+            return None
+        return (f"{_NOUNS[_ROLES.get(client_type, 'sites')]} {name!r} is not a participant of project "
+                f"{self.project!r} on this server; the federation lead adds it with fl-provision and copies the new "
+                f"server kit's local/{PARTICIPANTS_FILE} to the server")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"project": self.project, "sites": sorted(self.sites), "admins": sorted(self.admins),
+                "relays": sorted(self.relays)}
+
+
+def read_participants(path: Path) -> Participants:
+    fix = "run fl-provision again and copy the server kit's local/participants.json from its output"
+    try:
+        content = json.loads(Path(path).read_text())
+    except FileNotFoundError as exc:
+        raise ParticipantsError(f"{path}: not found; {fix}") from exc
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ParticipantsError(f"{path}: unreadable ({exc}); {fix}") from exc
+    if not isinstance(content, dict) or not isinstance(content.get("project"), str):
+        raise ParticipantsError(f"{path}: not a participants list (no 'project' name); {fix}")
+    names: dict[str, frozenset[str]] = {}
+    for role in ("sites", "admins", "relays"):
+        value = content.get(role, [])
+        if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
+            raise ParticipantsError(f"{path}: '{role}' must be a list of names, not {value!r}; {fix}")
+        names[role] = frozenset(value)
+    return Participants(content["project"], names["sites"], names["admins"], names["relays"])
+
+
+def write_participants(local_dir: Path, participants: Participants) -> Path:
+    """Write `<server kit>/local/participants.json` (fl-provision), owner-only like the rest of the server's local."""
+    path = Path(local_dir) / PARTICIPANTS_FILE
+    path.write_text(json.dumps(participants.to_json(), indent=2) + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+class ParticipantsList:
+    """The list in force: re-read when the file changes (checked with one stat per call), else the last good one."""
+
+    def __init__(self, path: Path, warn: Callable[[str], None]):
+        self.path = path
+        self.warn = warn
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int] | None = None
+        self._read = False
+        self._current: Participants | None = None
+        self._error = ""
+
+    def current(self) -> Participants | None:
+        try:
+            stat = os.stat(self.path)
+            stamp: tuple[int, int] | None = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            stamp = None
+        with self._lock:
+            if not self._read or stamp != self._stamp:
+                self._stamp, self._read = stamp, True
+                try:
+                    self._current = read_participants(self.path)
+                    self._error = ""
+                except ParticipantsError as exc:
+                    if str(exc) != self._error:
+                        kept = "the last good list stays in force" if self._current else "every registration is refused"
+                        self.warn(f"{exc}; {kept}")
+                    self._error = str(exc)
+            return self._current
+
+    def refusal(self, name: str, client_type: str) -> tuple[str, str] | None:
+        """None when `name` may join; else what the refused client is told and what the server's log says."""
+        participants = self.current()
+        if participants is None:
+            return ("the server has no participants list; nobody can join until the federation lead fixes it",
+                    f"no participants list ({self._error})")
+        reason = participants.refusal(name, client_type)
+        if reason is None:
+            return None
+        listed = ", ".join(sorted(participants.listed(client_type))) or "none"
+        return reason, f"{reason} (listed in {self.path}: {listed})"
+
+
+def _previous_handler(server: Any, topic: str, fallback: Callable[[Message], Message]) -> Callable[[Message], Message]:
+    """The handler now registered for `topic` (FLARE's, or another component's wrapper), so that ours chains."""
+    registered = server.cell.core_cell.req_reg.find(CellChannel.SERVER_MAIN, topic)
+    if registered is None or not callable(getattr(registered, "cb", None)):
+        return fallback
+
+    def call(request: Message) -> Message:
+        return registered.cb(request, *registered.args, **registered.kwargs)
+
+    return call
+
+
+class SiteAdmission(FLComponent):
+    """At server start-up: registrations and heartbeats of names outside `local/participants.json` are refused.
+
+    Installed at SYSTEM_BOOTSTRAP, a moment after FLARE's server starts listening: a site that registered in that
+    moment is refused at its next heartbeat."""
+
+    def __init__(self, participants_file: str = PARTICIPANTS_FILE):
+        super().__init__()
+        self.participants_file = participants_file
+        self.participants: ParticipantsList | None = None
+
+    def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
+        if event_type != EventType.SYSTEM_BOOTSTRAP:  # before SYSTEM_START, as soon as the server's cell is up
+            return
+        engine = fl_ctx.get_engine()
+        local = Path(engine.get_workspace().get_site_config_dir())
+        self.participants = ParticipantsList(local / self.participants_file, self.logger.error)
+        listed = self.participants.current()
+        if listed is not None:
+            self.logger.info(f"admitting the participants of project {listed.project!r} in "
+                             f"{local / self.participants_file}: sites {sorted(listed.sites)}, "
+                             f"admins {sorted(listed.admins)}")
+        self.guard(engine.server)
+
+    def guard(self, server: Any) -> None:
+        """Put the check in front of `server`'s (FLARE's FederatedServer) registration and heartbeat handlers."""
+        def log_out(request: Message) -> None:
+            """A site refused at its heartbeat was registered: it leaves the server's client list at once."""
+            token = request.get_header(CellMessageHeaderKeys.TOKEN)
+            client = server.client_manager.clients.get(token) if token else None
+            if client is not None and client.name == request.get_header(CellMessageHeaderKeys.CLIENT_NAME):
+                server.logout_client(token)
+
+        for topic, fallback, action, refused in (
+                (CellChannelTopic.Register, server.register_client, "registration", None),
+                (CellChannelTopic.HEART_BEAT, server.client_heartbeat, "heartbeat", log_out)):
+            handler = self._checked(_previous_handler(server, topic, fallback), action, refused)
+            server.cell.register_request_cb(channel=CellChannel.SERVER_MAIN, topic=topic, cb=handler)
+
+    def _checked(self, handler: Callable[[Message], Message], action: str,
+                 on_refusal: Callable[[Message], None] | None) -> Callable[[Message], Message]:
+        def check(request: Message) -> Message:
+            name = request.get_header(CellMessageHeaderKeys.CLIENT_NAME)
+            client_type = request.get_header(CellMessageHeaderKeys.CLIENT_TYPE) or ClientType.REGULAR
+            assert self.participants is not None
+            refused = self.participants.refusal(str(name), str(client_type))
+            if refused is None:
+                return handler(request)
+            told, logged = refused
+            self.logger.error(f"refused the {action} of {name!r}: {logged}")
+            if on_refusal is not None:
+                on_refusal(request)
+            return make_reply(CellReturnCode.UNAUTHENTICATED, told, None)
+
+        return check
