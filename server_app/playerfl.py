@@ -7,13 +7,10 @@ come, whether a split is chosen) and, for the methods that choose a split, its r
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
-from nvflare.app_common.workflows.model_controller import ModelController
 
 from fl_contract.models import build_model
 from fl_contract.playerfl import protocol
@@ -21,6 +18,7 @@ from fl_contract.playerfl.layers import Layer, model_layers, prefix_keys
 from fl_contract.playerfl.methods import get_method
 from server_app.aggregation import (
     Params,
+    RoundIntake,
     SiteUpdate,
     UpdateCheck,
     UpdateRejected,
@@ -31,16 +29,14 @@ from server_app.aggregation import (
     reported_samples,
     scalar_metrics,
     site_name,
-    site_outcomes,
-    take_updates,
 )
-from server_app.checkpoint import workflow_checkpoint
+from server_app.checkpoint import Resumed
 from server_app.metrics import WEIGHT, federation_summary
 from server_app.playerfl_split import SPLIT_RULES, SplitInputs
-from server_app.results import RunRecorder
+from server_app.round_workflow import RoundWorkflow
 
 
-class PLayerFLController(ModelController):
+class PLayerFLController(RoundWorkflow):
     """Partial federation: each round averages (sample-weighted) only the first `shared` layers of the sites' models.
 
     `shared` starts at the method's `initial_shared_layers`; for the methods that choose a split it becomes the p
@@ -62,7 +58,7 @@ class PLayerFLController(ModelController):
         min_clients: int,
         seed: int,
     ):
-        super().__init__(persistor_id="")
+        super().__init__()
         self._contract = get_method(method)
         # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
         self.num_rounds = num_rounds
@@ -75,63 +71,68 @@ class PLayerFLController(ModelController):
         self.min_clients = min_clients
         self.seed = seed
 
-    def run(self) -> None:
-        torch.manual_seed(self.seed)
+    def setup(self) -> None:
         net = build_model(self.model, **self.model_args)
-        layers = model_layers(net)
+        self.layers = model_layers(net)
         state = net.state_dict()
-        global_params = {k: state[k].numpy().copy() for layer in layers for k in layer.keys}
-        shared = self._contract.initial_shared_layers(len(layers))
-        recorder = RunRecorder(Path(self.get_app_dir()), self._job_summary(layers))
-        checkpoint = workflow_checkpoint(self, self._job_summary(layers))
-        start, up_front = 0, None
-        resumed = checkpoint.load()
-        if resumed is not None:
-            start, shared, global_params = resumed.completed_rounds, int(resumed.state["shared"]), resumed.params["global"]
-            recorder.resume(resumed.state["rounds"], start)
-            self.info(f"resuming after round {start} from {checkpoint.folder}")
-        elif self._contract.split_before_training:
-            up_front = self._split({}, {}, layers)
-            shared = up_front["federated_layers"]
-        for round_index in range(start, self.num_rounds):
-            self.info(f"round {round_index + 1}/{self.num_rounds}: sending the first {shared} of {len(layers)} layers")
-            results = self._send(protocol.TRAIN_TASK, global_params, layers, shared, round_index)
-            if self.abort_signal.triggered:
-                return self._stop(recorder, "aborted", f"aborted during round {round_index + 1}",
-                                  {k: global_params[k] for k in prefix_keys(layers, shared)})
-            check = self._check(global_params, layers, shared, round_index)
-            intake = take_updates(results, self._site_names(), check, self.error)
-            outcomes = site_outcomes(intake, self._failed_sites())
-            if len(intake.updates) < self.min_clients:
-                failed_round = {"round": round_index + 1, **intake.record(), "outcomes": outcomes}
-                return self._fail(recorder, f"round {round_index + 1}: only {len(intake.updates)} valid updates, the job "
-                                            f"needs {self.min_clients}; " + "; ".join(f"{s}: {o}" for s, o in outcomes.items()),
-                                  failed_round=failed_round)
-            entry: dict[str, Any] = {"round": round_index + 1, **intake.record(), "outcomes": outcomes}
-            if round_index == 0 and up_front is not None:
-                entry["split"] = up_front
-            if self._contract.chooses_split(round_index):
-                curves = {site: meta[protocol.SENSITIVITY] for site, meta in intake.meta.items() if protocol.SENSITIVITY in meta}
-                entry["split"] = self._split(curves, {u.site: u.num_samples for u in intake.updates}, layers)
-                shared = entry["split"]["federated_layers"]
-            global_params.update(aggregate_layers(intake.updates, layers[:shared], global_params))
-            for update in intake.updates:
-                entry["sites"][update.site]["sent_layers"] = [layer.name for layer in layers if layer.keys[0] in update.params]
-            recorder.add_round(entry)
-            checkpoint.save(round_index + 1, {"rounds": recorder.record["rounds"], "shared": shared}, {"global": global_params})
-        results = self._send(protocol.EVALUATE_TASK, global_params, layers, shared, self.num_rounds)
+        self.global_params: Params = {k: state[k].numpy().copy() for layer in self.layers for k in layer.keys}
+        self.shared = self._contract.initial_shared_layers(len(self.layers))
+        self.up_front: dict[str, Any] | None = None
+
+    def before_rounds(self) -> None:
+        """PLayer-FL-Random draws its split before round 1."""
+        if self._contract.split_before_training:
+            self.up_front = self._split({}, {}, self.layers)
+            self.shared = self.up_front["federated_layers"]
+
+    def send_round(self, round_index: int) -> list[FLModel]:
+        self.info(f"round {round_index + 1}/{self.num_rounds}: sending the first {self.shared} of "
+                  f"{len(self.layers)} layers")
+        return self._send(protocol.TRAIN_TASK, self.global_params, self.layers, self.shared, round_index)
+
+    def update_check(self, round_index: int) -> UpdateCheck:
+        return self._check(self.global_params, self.layers, self.shared, round_index)
+
+    def aggregate(self, round_index: int, intake: RoundIntake, entry: dict[str, Any]) -> None:
+        """Average the shared layers; in the round the method chooses its split, choose it from the curves first."""
+        if round_index == 0 and self.up_front is not None:
+            entry["split"] = self.up_front
+        if self._contract.chooses_split(round_index):
+            curves = {site: meta[protocol.SENSITIVITY] for site, meta in intake.meta.items()
+                      if protocol.SENSITIVITY in meta}
+            entry["split"] = self._split(curves, {u.site: u.num_samples for u in intake.updates}, self.layers)
+            self.shared = entry["split"]["federated_layers"]
+        self.global_params.update(aggregate_layers(intake.updates, self.layers[:self.shared], self.global_params))
+        for update in intake.updates:
+            entry["sites"][update.site]["sent_layers"] = [layer.name for layer in self.layers
+                                                          if layer.keys[0] in update.params]
+
+    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, Params]]:
+        return {"shared": self.shared}, {"global": self.global_params}
+
+    def restore(self, resumed: Resumed) -> None:
+        self.shared, self.global_params = int(resumed.state["shared"]), resumed.params["global"]
+
+    def model_to_save(self) -> Params:
+        return {k: self.global_params[k] for k in prefix_keys(self.layers, self.shared)}
+
+    def finish_run(self) -> bool:
+        """Every site evaluates its best-validation model on its held-out split; the federation's summary."""
+        results = self._send(protocol.EVALUATE_TASK, self.global_params, self.layers, self.shared, self.num_rounds)
         if self.abort_signal.triggered:
-            return self._stop(recorder, "aborted", "aborted during the final evaluation",
-                              {k: global_params[k] for k in prefix_keys(layers, shared)})
+            self.stopped("the final evaluation")
+            return False
         evaluation = {site_name(r): {**scalar_metrics(r), WEIGHT: int(reported_samples(r))}
                       for r in sorted(results, key=site_name)}
         if len(evaluation) < self.min_clients:
-            missing = missing_sites(self._site_names(), evaluation)
-            return self._fail(recorder, f"evaluation: only {len(evaluation)} sites answered, the job needs "
-                                        f"{self.min_clients}; no evaluation from {missing}")
-        recorder.save_model({k: global_params[k] for k in prefix_keys(layers, shared)})
-        recorder.finish("finished", federated_layers=shared, evaluation=evaluation, summary=federation_summary(evaluation))
-        checkpoint.clear()
+            missing = missing_sites(self.site_names(), evaluation)
+            self.fail(f"evaluation: only {len(evaluation)} sites answered, the job needs {self.min_clients}; no "
+                      f"evaluation from {missing}")
+            return False
+        self.recorder.save_model(self.model_to_save())
+        self.recorder.finish("finished", federated_layers=self.shared, evaluation=evaluation,
+                             summary=federation_summary(evaluation))
+        return True
 
     def _send(self, task: str, global_params: Params, layers: list[Layer], shared: int, round_index: int) -> list[FLModel]:
         """Send the first `shared` layers' global values with the method's name to every site; wait for all."""
@@ -141,9 +142,6 @@ class PLayerFLController(ModelController):
                           total_rounds=self.num_rounds, meta=meta)
         results: list[FLModel] = self.send_model_and_wait(task_name=task, data=message)
         return results
-
-    def _site_names(self) -> list[str]:
-        return [client.name for client in self.engine.get_clients()]
 
     def _check(self, global_params: Params, layers: list[Layer], shared: int, round_index: int) -> UpdateCheck:
         """This round's rule for an update: the shared layers as the method sends them, and a curve when due."""
@@ -162,26 +160,11 @@ class PLayerFLController(ModelController):
                              self.curve_normalisation, self.playerfl_split)
         return SPLIT_RULES[self.method](inputs, self.info)
 
-    def _fail(self, recorder: RunRecorder, message: str, **extra: Any) -> None:
-        """Stop the job, naming why; the completed rounds stay in results.json and in the checkpoint for a resume."""
-        recorder.finish("failed", error=message, **extra)
-        self.panic(message)
-
-    def _stop(self, recorder: RunRecorder, status: str, reason: str, federated: Params) -> None:
-        """End early, keeping the completed rounds and the last federated layers; the checkpoint stays for a resume."""
-        recorder.save_model(federated)
-        recorder.finish(status, error=reason)
-        self.info(f"job {status}: {reason}; {len(recorder.record['rounds'])} completed rounds kept")
-
-    def _failed_sites(self) -> set[str]:
-        """Sites whose task returned an error this round (FLARE's ModelController keeps them for its own tolerance)."""
-        return set(getattr(self, "_current_failed_clients", set()))
-
-    def _job_summary(self, layers: list[Layer]) -> dict[str, Any]:
+    def job_summary(self) -> dict[str, Any]:
         return {"workflow": "playerfl", "method": self.method, "model": self.model, "model_args": self.model_args,
                 "num_rounds": self.num_rounds, "threshold": self.threshold,
                 "curve_normalisation": self.curve_normalisation, "playerfl_split": self.playerfl_split, "seed": self.seed,
-                "layers": [layer.name for layer in layers]}
+                "layers": [layer.name for layer in self.layers]}
 
 
 def check_layers(update: SiteUpdate, global_params: Params, shared: list[Layer], partial: bool) -> None:

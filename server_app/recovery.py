@@ -7,9 +7,10 @@ no process anywhere, and `abort_job` answers that it is not running. This compon
 in the server kit's `local/resources.json`, runs in the server's main process at start-up: it marks every job that
 was RUNNING or DISPATCHED as FINISHED:ABNORMAL with the reason in its meta, and (unless switched off) clones the
 resumable ones (jobs record it in their meta; a one-shot FedKT-CSD job is not: its admin resubmits it).
-The clone has the same name and configuration, so its workflow finds the checkpoint the interrupted run wrote
-after its last completed round (`server_app.checkpoint`) and goes on from there; the original's meta names the
-clone (`resumed_as`) so the admin's tools can follow it.
+The clone has the same name and configuration; recovery records, server-side, that this clone (and no other job)
+resumes the interrupted run's checkpoint (`server_app.checkpoint`), and the digest of every job it deploys, so the
+clone goes on from the last completed round only if it is the same job. The original's meta names the clone
+(`resumed_as`) so the admin's tools can follow it.
 
 A site's job process that ends with an exception, or never starts (FLARE's EXCEPTION and INFRASTRUCTURE_ERROR
 reports), makes FLARE fail the whole job at once, even when the other sites could finish it. FLARE has no setting
@@ -17,14 +18,20 @@ for this, so the component replaces the server's handler of those reports (the r
 reported dead to the job instead, and the job's workflow goes on without it while `min_clients` sites remain, as it
 does for a site whose whole client died. A configuration error or an unsafe component (a site refusing the job at
 start) still fails the job, as FLARE does.
+
+FLARE tells a job's workflow that a site is gone but never why; the component records each site event it hears
+(a job process that failed and how, a client that stopped answering, a client that registered again mid-job) in
+the job's run folder (`server_app.site_events`), where the workflow reads it to name each site's outcome.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_component import FLComponent
+from nvflare.apis.fl_constant import FLContextKey, RunProcessKey
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.job_def import JobMetaKey, RunStatus
 from nvflare.fuel.common.exit_codes import ProcessExitCode
@@ -35,6 +42,8 @@ from nvflare.fuel.f3.message import Message
 from nvflare.private.defs import CellMessageHeaderKeys, JobFailureMsgKey
 
 from fl_contract.job_meta import RESUMABLE_KEY, RESUMED_FROM_KEY
+from server_app.checkpoint import job_digest, record_job_digest, record_resumer, resumed_run
+from server_app.site_events import CLIENT_GONE, JOB_PROCESS_FAILED, RETURNED, append_event
 
 INTERRUPTED = (RunStatus.RUNNING, RunStatus.DISPATCHED)
 REASON_KEY = "interrupted"
@@ -59,6 +68,10 @@ def clone_meta(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 SITE_JOB_FAILURES = (ProcessExitCode.EXCEPTION, ProcessExitCode.INFRASTRUCTURE_ERROR)
+JOB_PROCESS_FAILED_PREFIX = "job process failed: "
+FLARE_REASONS = {"client dead": (CLIENT_GONE, "no heartbeat within the server's timeout"),
+                 "missing job on client": (JOB_PROCESS_FAILED, "its client runs, but the job is gone from it")}
+"""The reasons FLARE's main process gives when it tells a job that a site is gone, in our words."""
 
 
 def tolerate_site_job_failures(server: Any) -> None:
@@ -74,11 +87,52 @@ def tolerate_site_job_failures(server: Any) -> None:
             return fail_job(request)  # FLARE's own handling, authentication included
         reason = payload.get(JobFailureMsgKey.REASON) or f"exit code {payload.get(JobFailureMsgKey.CODE)}"
         server.engine.job_runner.resolve_client_outcome(job_id, client.name)
-        server.engine.notify_dead_job(job_id, client.name, f"its job process failed ({reason})")
+        server.engine.notify_dead_job(job_id, client.name, JOB_PROCESS_FAILED_PREFIX + str(reason))
         return make_reply(CellReturnCode.OK, "", None)
 
     server.cell.register_request_cb(channel=CellChannel.SERVER_MAIN, topic=CellChannelTopic.REPORT_JOB_FAILURE,
                                     cb=report_dead_site)
+
+
+def record_dead_site_reasons(engine: Any) -> None:
+    """Wrap `engine.notify_dead_job` (FLARE's one path for telling a job that a site is gone) so that each reason is
+    also recorded for the job's workflow, once per site and reason."""
+    notify = engine.notify_dead_job
+    told: set[tuple[str, str, str]] = set()
+
+    def notify_and_record(job_id: str, client_name: str, reason: str) -> Any:
+        if reason.startswith(JOB_PROCESS_FAILED_PREFIX):
+            kind, detail = JOB_PROCESS_FAILED, reason[len(JOB_PROCESS_FAILED_PREFIX):]
+        else:
+            kind, detail = FLARE_REASONS.get(reason, (CLIENT_GONE, reason))
+        if (job_id, client_name, detail) not in told:
+            told.add((job_id, client_name, detail))
+            append_event(_run_dir(engine, job_id), client_name, kind, detail)
+        return notify(job_id, client_name, reason)
+
+    engine.notify_dead_job = notify_and_record
+
+
+def _run_dir(engine: Any, job_id: str) -> Path:
+    return Path(engine.get_workspace().get_run_dir(job_id))
+
+
+def record_returning_site(engine: Any, site: str) -> None:
+    """A site that registers while a job it takes part in runs has restarted: say so to that job."""
+    for job_id, info in dict(engine.run_processes).items():
+        participants = (info or {}).get(RunProcessKey.PARTICIPANTS) or {}
+        if any(getattr(client, "name", None) == site for client in participants.values()):
+            append_event(_run_dir(engine, job_id), site, RETURNED, "registered again while the job runs")
+
+
+def record_deployed_job(engine: Any, fl_ctx: FLContext) -> None:
+    """The digest of the job being deployed (all its apps, the sites' included), for its checkpoint."""
+    job_id = fl_ctx.get_prop(FLContextKey.JOB_RUN_NUMBER)
+    job = engine.job_def_manager.get_job(job_id, fl_ctx) if job_id else None
+    if job is None:
+        return
+    apps = {name: job.get_application(name, fl_ctx) for name in job.get_deployment()}
+    record_job_digest(Path(engine.get_workspace().get_root_dir()), str(job_id), job_digest(apps))
 
 
 class JobRecovery(FLComponent):
@@ -91,18 +145,31 @@ class JobRecovery(FLComponent):
         self.tolerate_site_failures = tolerate_site_failures
 
     def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
-        if event_type != EventType.SYSTEM_START:
-            return
         engine = fl_ctx.get_engine()
+        if event_type == EventType.DEPLOY_JOB_TO_SERVER:
+            record_deployed_job(engine, fl_ctx)
+        elif event_type == EventType.CLIENT_REGISTER_PROCESSED:
+            peer = fl_ctx.get_peer_context()
+            if peer is not None and peer.get_identity_name():
+                record_returning_site(engine, peer.get_identity_name())
+        elif event_type == EventType.SYSTEM_START:
+            self._start(engine, fl_ctx)
+
+    def _start(self, engine: Any, fl_ctx: FLContext) -> None:
+        """Install the site-failure handling, then close (and, when resumable, clone) every interrupted job."""
+        record_dead_site_reasons(engine)
         if self.tolerate_site_failures:
             tolerate_site_job_failures(engine.server)
         manager = engine.job_def_manager
+        root = Path(engine.get_workspace().get_root_dir())
         for job in manager.get_jobs_by_status(list(INTERRUPTED), fl_ctx):
             meta = dict(job.meta)
             update: dict[str, Any] = {REASON_KEY: REASON}
             if self.resume and meta.get(RESUMABLE_KEY):
                 clone = manager.clone(from_jid=job.job_id, meta=clone_meta(meta), fl_ctx=fl_ctx)
                 update[RESUMED_AS_KEY] = clone.get(JobMetaKey.JOB_ID.value)
+                first_run = resumed_run(root, job.job_id) or job.job_id  # a clone of a clone resumes the first run
+                record_resumer(root, str(update[RESUMED_AS_KEY]), first_run)
             else:
                 update[REASON_KEY] = f"{REASON}; it does not resume by itself: submit it again"
             manager.update_meta(job.job_id, update, fl_ctx)

@@ -1,0 +1,202 @@
+"""The round loop every job kind that trains over rounds shares: written once, each kind overriding its steps.
+
+NVFlare's `BaseFedAvg` and Flower's strategy hooks are the models. The loop resumes a run from its checkpoint
+(only the recovery clone of that very run may: `server_app.checkpoint`), sends each round's task, stops on an abort,
+takes the updates through the one intake (validation, site-name order), stops when fewer than `min_clients` valid
+updates remain, records every site's outcome, aggregates, and checkpoints the completed round. A kind supplies:
+
+- `setup` (the initial global state), `job_summary` (its configuration, for results.json and the checkpoint digest);
+- `send_round`, `update_check` and `aggregate` (what a round sends, accepts and combines; `aggregate` also adds the
+  kind's own fields to the round's entry);
+- `checkpoint_state` / `restore` (what it needs to resume), `model_to_save` (the model a stop keeps);
+- `before_rounds` (a fresh run's first step, e.g. a split chosen before training) and `finish_run` (final tasks).
+
+Every stop names each site's outcome. When FLARE itself ends the run (fewer live sites than the job's
+`min_clients`: FLARE aborts it exactly as an admin's `abort_job` would), the workflow tells the two apart (FLARE
+fires its fatal-error event first) and records "failed" with each site and what happened to it: the reasons the
+server's main process heard (`server_app.site_events`: a job process that failed and how, a client that stopped
+answering, a client that came back) and which sites FLARE deems disconnected.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from pathlib import Path
+from typing import Any
+
+import torch
+from nvflare.apis.event_type import EventType
+from nvflare.apis.fl_constant import FLContextKey
+from nvflare.apis.fl_context import FLContext
+from nvflare.app_common.abstract.fl_model import FLModel
+from nvflare.app_common.workflows.model_controller import ModelController
+
+from server_app.aggregation import Params, RoundIntake, UpdateCheck, site_outcomes, take_updates
+from server_app.checkpoint import Resumed, ResumeRefused, RunCheckpoint, workflow_checkpoint
+from server_app.results import RunRecorder
+from server_app.site_events import describe, last_event_by_site
+
+NO_ANSWER = "no answer (the site's client or job process stopped, or it was too late)"
+
+
+class RoundWorkflow(ModelController):
+    """A ModelController whose `run` is the shared round loop; subclasses set `num_rounds`, `min_clients` and
+    `seed` in their constructor and implement the hooks."""
+
+    num_rounds: int
+    min_clients: int
+    seed: int
+
+    def __init__(self) -> None:
+        super().__init__(persistor_id="")
+        self._flare_stop_reason = ""
+        self._started_at = 0.0
+
+    # --- the loop -------------------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        torch.manual_seed(self.seed)
+        self._started_at = time.time()
+        self.setup()
+        summary = self.job_summary()
+        self.recorder = RunRecorder(Path(self.get_app_dir()), summary)
+        self.checkpoint: RunCheckpoint = workflow_checkpoint(self, summary)
+        try:
+            resumed = self.checkpoint.load()
+        except ResumeRefused as exc:
+            return self.fail(str(exc))
+        start = 0
+        if resumed is not None:
+            start = resumed.completed_rounds
+            self.recorder.resume(resumed.state["rounds"], start)
+            self.restore(resumed)
+            self.info(f"resuming run {self.checkpoint.first_run} after round {start}")
+        else:
+            self.before_rounds()
+        for round_index in range(start, self.num_rounds):
+            results = self.send_round(round_index)
+            if self.abort_signal.triggered:
+                return self.stopped(f"round {round_index + 1}", results, round_index)
+            intake = take_updates(results, self.site_names(), self.update_check(round_index), self.error)
+            entry: dict[str, Any] = {"round": round_index + 1, **intake.record(), "outcomes": self.outcomes(intake)}
+            if len(intake.updates) < self.min_clients:
+                return self.fail(f"round {round_index + 1}: only {len(intake.updates)} valid updates, the job needs "
+                                 f"{self.min_clients}; {_in_words(entry['outcomes'])}", failed_round=entry)
+            self.aggregate(round_index, intake, entry)
+            self.recorder.add_round(entry)
+            state, params = self.checkpoint_state()
+            self.checkpoint.save(round_index + 1, {"rounds": self.recorder.record["rounds"], **state}, params)
+        if self.finish_run():
+            self.checkpoint.clear()
+
+    # --- the hooks ------------------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def setup(self) -> None:
+        """Build the initial global state (the model, the layers it federates, ...)."""
+
+    @abstractmethod
+    def job_summary(self) -> dict[str, Any]:
+        """The workflow's configuration: results.json's "job" and part of the checkpoint's digest."""
+
+    @abstractmethod
+    def send_round(self, round_index: int) -> list[FLModel]:
+        """Send the round's task to the sites and return their answers."""
+
+    @abstractmethod
+    def update_check(self, round_index: int) -> UpdateCheck:
+        """The rule an update must meet this round before it may touch the global model."""
+
+    @abstractmethod
+    def aggregate(self, round_index: int, intake: RoundIntake, entry: dict[str, Any]) -> None:
+        """Combine the round's valid updates into the global state; add the kind's fields to `entry`."""
+
+    @abstractmethod
+    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, Params]]:
+        """What a resume needs beyond the rounds: JSON state and named parameter sets."""
+
+    @abstractmethod
+    def restore(self, resumed: Resumed) -> None:
+        """Take back what `checkpoint_state` saved."""
+
+    @abstractmethod
+    def model_to_save(self) -> Params:
+        """The model a stopped or failed run keeps as global_model.pt."""
+
+    def before_rounds(self) -> None:
+        """A fresh run's first step (not taken on a resume)."""
+
+    def finish_run(self) -> bool:
+        """After the last round: final tasks and the finished record; False when the run was stopped there."""
+        self.recorder.save_model(self.model_to_save())
+        self.recorder.finish("finished")
+        return True
+
+    # --- shared parts ---------------------------------------------------------------------------------------------
+
+    def site_names(self) -> list[str]:
+        return [client.name for client in self.engine.get_clients()]
+
+    def outcomes(self, intake: RoundIntake) -> dict[str, str]:
+        """Each site's outcome this round; a silent site's says what the server heard about it."""
+        outcomes = site_outcomes(intake, self.failed_sites())
+        heard = self.site_reasons()
+        for site in intake.no_result:
+            if site in heard and site not in self.failed_sites():
+                outcomes[site] = f"no answer: {heard[site]}"
+        return outcomes
+
+    def site_reasons(self) -> dict[str, str]:
+        """What the server knows of each site that went quiet during this job: the main process's events, else
+        FLARE's own verdict that it is disconnected."""
+        reasons = {site: describe(event)
+                   for site, event in last_event_by_site(Path(self.get_app_dir()).parent, self._started_at).items()}
+        for site in self.site_names():
+            gone_since = self.communicator.get_client_disconnect_time(site)
+            if gone_since and site not in reasons:
+                reasons[site] = f"FLARE deems it disconnected since {time.ctime(gone_since)}"
+        return reasons
+
+    def failed_sites(self) -> set[str]:
+        """Sites whose task returned an error this round. FLARE's ModelController keeps them for its own error
+        tolerance and offers no public accessor, so this is the one place that reads its attribute."""
+        return set(getattr(self, "_current_failed_clients", set()))
+
+    def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
+        """Remember why FLARE ends the run (its fatal-error event precedes the abort), to tell it from an admin's."""
+        if event_type == EventType.FATAL_SYSTEM_ERROR and not self._flare_stop_reason:
+            self._flare_stop_reason = str(fl_ctx.get_prop(FLContextKey.EVENT_DATA, "") or "fatal error")
+        super().handle_event(event_type, fl_ctx)
+
+    def stopped(self, where: str, results: list[FLModel] | None = None, round_index: int | None = None) -> None:
+        """The run was aborted during `where`: by the admin ("aborted"), or by FLARE for too few live sites
+        ("failed", naming each site's outcome and the round that could not complete)."""
+        if not self._flare_stop_reason:
+            return self.stop("aborted", f"aborted during {where}")
+        intake = take_updates(results or [], self.site_names(), lambda update, meta: None)
+        outcomes = self.outcomes(intake)
+        for site, reason in self.site_reasons().items():
+            if outcomes.get(site) != "update accepted":
+                outcomes[site] = f"no answer: {reason}"
+        if round_index is None:
+            extra: dict[str, Any] = {"outcomes": outcomes}
+        else:
+            extra = {"failed_round": {"round": round_index + 1, "outcomes": outcomes}}
+        self.stop("failed", f"FLARE ended the run during {where} ({self._flare_stop_reason}): the job needs "
+                            f"{self.min_clients} sites; {_in_words(outcomes)}", **extra)
+
+    def stop(self, status: str, reason: str, **extra: Any) -> None:
+        """End early with the completed rounds and the last model kept; the checkpoint stays for a resume."""
+        self.recorder.save_model(self.model_to_save())
+        self.recorder.finish(status, error=reason, **extra)
+        self.info(f"job {status}: {reason}; {len(self.recorder.record['rounds'])} completed rounds kept")
+
+    def fail(self, reason: str, **extra: Any) -> None:
+        """Stop as "failed" with the reason, and make FLARE end the job with it."""
+        self.stop("failed", reason, **extra)
+        self.panic(reason)
+
+
+def _in_words(outcomes: dict[str, str]) -> str:
+    return "; ".join(f"{site}: {outcome}" for site, outcome in outcomes.items())
