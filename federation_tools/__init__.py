@@ -2,4 +2,4 @@
 `fl-demo` loopback demo, FLARE's simulator runner, the loopback-federation launcher and the PLayer-FL comparison.
 
 Layers import downwards only: fl_contract <- site_agent | server_app <- jobs <- provisioning <- federation_tools
-(tests/server/test_server_imports.py checks it)."""
+(tests/structure/test_layers.py checks it)."""
