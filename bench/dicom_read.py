@@ -27,7 +27,8 @@ from monai.data import PydicomReader
 from readme_section import write_section
 
 from site_agent.data import dicom_series
-from site_agent.data.dicom_series import SeriesIds, read_dicom_series, write_dicom_series
+from site_agent.data.dicom_demo import SeriesIds, write_dicom_series
+from site_agent.data.dicom_series import read_dicom_series
 
 BASELINE = "plain pydicom (dcmread + stack)"
 

@@ -7,6 +7,7 @@ channel-first array plus the voxel-to-world affine, so that callers never branch
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -55,3 +56,20 @@ def require_finite(image: Image, fix: str) -> Image:
             f"({nan} NaN, {finite.size - int(finite.sum()) - nan} infinite); {fix}"
         )
     return image
+
+
+def refuse_broken_link(path: Path, what: str) -> None:
+    """A `DataError` naming `path` if it is a symbolic link that loops or points to nothing: listings skip such
+    a link as "not a file", so without this the error would name what is missing instead of the link."""
+    if path.is_symlink() and not path.exists():
+        raise DataError(f"{path}: a symbolic link that loops or points to nothing; replace it with the {what} itself")
+
+
+def os_error(path: Path, err: OSError, what: str) -> DataError:
+    """The message for a file the operating system would not open, by cause: permissions, a looping link, other."""
+    if isinstance(err, PermissionError):
+        return DataError(f"{path}: cannot be read by this user (permission denied); give the agent's service account "
+                         f"read access to the {what} and its folder (e.g. chgrp/chmod g+r), or copy it where it can read")
+    if err.errno == errno.ELOOP:
+        return DataError(f"{path}: a symbolic link that loops; replace it with the {what} itself")
+    return DataError(f"{path}: cannot be opened ({err}); check the {what} and the disk, or replace the file")

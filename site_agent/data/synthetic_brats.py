@@ -26,7 +26,7 @@ from site_agent.data.brats_case import (
     discover_cases,
     write_datalist,
 )
-from site_agent.data.dicom_series import SeriesIds, write_dicom_series
+from site_agent.data.dicom_demo import SeriesIds, write_dicom_series
 from site_agent.data.nifti import write_nifti
 
 # Relative signal of (background, brain, edema, enhancing rim, necrotic core) per modality.

@@ -12,7 +12,8 @@ from data.malformed import write_raw_header
 from pydicom.data import get_testdata_file
 
 from site_agent.data import dicom_series
-from site_agent.data.dicom_series import DicomSeriesReader, SeriesIds, read_dicom_series, series_files, write_dicom_series
+from site_agent.data.dicom_demo import SeriesIds, write_dicom_series
+from site_agent.data.dicom_series import DicomSeriesReader, read_dicom_series, series_files
 from site_agent.data.reader import DataError, ImageReader
 
 OBLIQUE_AFFINE = np.array(
