@@ -75,10 +75,6 @@ def export(job: FedJob, out_dir: Path) -> Path:
     return job_dir
 
 
-def export_kind(kind: JobKind[Any], params: JobParams | None, out_dir: Path) -> Path:
-    return export(build_job(kind, params), out_dir)
-
-
 def _class_paths(config: dict[str, Any]) -> list[str]:
     """Every component class a FLARE app config instantiates (executors, workflows, components, filters)."""
     entries = [e["executor"] for e in config.get("executors", [])] + config.get("workflows", []) + config.get("components", [])
