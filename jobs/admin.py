@@ -1,4 +1,10 @@
-"""The admin's side through the FLARE API: submit a job folder, follow it, download its results."""
+"""The admin's side through the FLARE API: submit a job folder, follow it, download its results.
+
+Following survives a server restart: the FLARE API raises `NoConnection` (or finds its session closed) while the
+server is away, and the follower reconnects with the same admin kit, then follows the job to the copy the server
+resumed it as (`resumed_as` in the original's meta). While a job waits to start, it prints why, from the server
+scheduler's latest entry (with our server kit it names the sites that are not connected).
+"""
 
 from __future__ import annotations
 
@@ -7,15 +13,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from nvflare.fuel.flare_api.flare_api import Session
+from nvflare.fuel.flare_api.api_spec import NoConnection, SessionClosed
+from nvflare.fuel.flare_api.flare_api import Session, new_secure_session
 
 from server_app.recovery import REASON_KEY, RESUMED_AS_KEY
 from server_app.results import RESULTS_FILE
 
 COMPLETED = "FINISHED:COMPLETED"
 DOWNLOADABLE = (COMPLETED, "FINISHED:ABORTED", "FINISHED:EXECUTION_EXCEPTION")
+WAITING = ("SUBMITTED", "DISPATCHED")
+RECONNECT_WINDOW_S = 300.0
+"""How long the follower tries to reconnect to a server that went away (a restart takes seconds to a minute)."""
+LOST = (NoConnection, SessionClosed)  # SessionExpired is a SessionClosed
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -42,9 +54,65 @@ class JobOutcome:
     def refusal(self) -> str:
         """Why the job did not finish: the workflow's own reason (naming each site's outcome) when it recorded one,
         and what FLARE recorded in the job meta (refusals at deploy, failed sites)."""
-        keys = ("schedule_history", "job_deploy_detail", "failed_clients", "status")
+        keys = ("job_deploy_detail", "failed_clients", "status")
         reasons = [str(self.results()["error"])] if self.results().get("error") else []
+        waited = waiting_reason(self.meta)
+        reasons += [f"the scheduler's last word: {waited}"] if waited else []
         return "; ".join(reasons + [f"{k}: {self.meta[k]}" for k in keys if self.meta.get(k)])
+
+
+def waiting_reason(meta: dict[str, Any]) -> str:
+    """The scheduler's latest reason for not starting the job (FLARE's entries read 'YYYY-mm-dd HH:MM:SS: reason')."""
+    history = meta.get("schedule_history") or []
+    if not isinstance(history, list) or not history:
+        return ""
+    last = str(history[-1])
+    return last[21:] if last[19:21] == ": " else last
+
+
+class Reconnecting:
+    """The admin's session, replaced by a new one (same user, same kit) when the server goes away and comes back.
+
+    The caller keeps owning the session it passed in; `close_own` closes the ones made here."""
+
+    def __init__(self, session: Session, say: Callable[[str], None], window: float = RECONNECT_WINDOW_S):
+        self.session = session
+        self.say = say
+        self.window = window
+        self._own: list[Session] = []
+
+    def run(self, command: Callable[..., T], *args: Any) -> T:
+        """`command(session, *args)` on the current session, reconnecting and trying again when the server is away."""
+        while True:
+            try:
+                return command(self.session, *args)
+            except LOST as exc:
+                self._reconnect(exc)
+
+    def _reconnect(self, lost: Exception) -> None:
+        self.say(f"lost the connection to the server ({lost}); reconnecting for up to {self.window:.0f} s")
+        deadline = time.monotonic() + self.window
+        while True:
+            try:
+                session = new_secure_session(self.session.username, self.session.startup_path,
+                                             timeout=max(1.0, min(30.0, deadline - time.monotonic())))
+            except (*LOST, ConnectionError, OSError) as exc:
+                if time.monotonic() > deadline:
+                    raise ConnectionError(f"the server did not come back within {self.window:.0f} s ({exc}); the job "
+                                          "goes on if the server does: follow it again with its job id") from exc
+                time.sleep(2.0)
+                continue
+            self._own.append(session)
+            self.session = session
+            self.say("reconnected to the server")
+            return
+
+    def close_own(self) -> None:
+        for session in self._own:
+            try:
+                session.close()
+            except Exception:  # a session to a server that went away again: nothing left to close
+                pass
 
 
 def submit_and_wait(session: Session, job_dir: Path, timeout: float = 600.0, download: bool = True,
@@ -55,34 +123,59 @@ def submit_and_wait(session: Session, job_dir: Path, timeout: float = 600.0, dow
 
 
 def follow_job(session: Session, job_id: str, timeout: float = 600.0, download: bool = True,
-               progress: Callable[[str], None] | None = print) -> JobOutcome:
-    """Wait for the job to finish, following it when the server resumed it as another job after a restart, and
-    download what it left (results.json records the completed rounds and the reason of an early stop)."""
+               progress: Callable[[str], None] | None = print,
+               reconnect_window: float = RECONNECT_WINDOW_S) -> JobOutcome:
+    """Wait for the job to finish, saying why while it waits to start, reconnecting when the server restarts and
+    following the job to the copy the server resumed it as; download what it left (results.json records the
+    completed rounds and the reason of an early stop)."""
     say = progress or (lambda _: None)
-    last_status = None
+    link = Reconnecting(session, say, reconnect_window)
+    try:
+        job_id, status, meta = _follow(link, job_id, timeout, say)
+        result_dir = link.run(_download, job_id) if download and status in DOWNLOADABLE else None
+    finally:
+        link.close_own()
+    return JobOutcome(job_id, status, meta, result_dir)
+
+
+def _follow(link: Reconnecting, job_id: str, timeout: float, say: Callable[[str], None]) -> tuple[str, str, dict[str, Any]]:
+    last_status, last_wait = None, ""
     deadline = time.monotonic() + timeout
     while True:
-        meta = session.get_job_meta(job_id)
+        meta = link.run(Session.get_job_meta, job_id)
         status = meta.get("status", "")
         if status != last_status:
             say(f"job {job_id}: {status}")
             last_status = status
+        wait = waiting_reason(meta) if status in WAITING else ""
+        if wait and wait != last_wait:
+            say(f"job {job_id}: waiting to start: {_with_connected_sites(link, wait)}")
+        last_wait = wait
         if status.startswith("FINISHED") and meta.get(RESUMED_AS_KEY):
             say(f"job {job_id}: {meta.get(REASON_KEY, 'interrupted')}; resumed as job {meta[RESUMED_AS_KEY]}")
             job_id, last_status = str(meta[RESUMED_AS_KEY]), None
             continue
         if status.startswith("FINISHED"):
-            break
+            return job_id, status, meta
         if time.monotonic() > deadline:
-            session.abort_job(job_id)
+            link.run(Session.abort_job, job_id)
             raise TimeoutError(f"job {job_id} did not finish within {timeout:.0f} s (last status {status}); it was aborted")
         time.sleep(1.0)
-    result_dir = _download(session, job_id) if download and status in DOWNLOADABLE else None
-    return JobOutcome(job_id, status, meta, result_dir)
+
+
+def _with_connected_sites(link: Reconnecting, reason: str) -> str:
+    """A scheduler reason that does not name the missing sites (a server kit without our scheduler) gets the
+    connected ones, so the admin can tell which are missing."""
+    if "not connected:" in reason:
+        return reason
+    connected = sorted(c.name for c in link.run(Session.get_connected_client_list))
+    return f"{reason} (connected: {', '.join(connected) or 'none'})"
 
 
 def _download(session: Session, job_id: str) -> Path | None:
     try:
         return Path(session.download_job_result(job_id))
+    except LOST:
+        raise
     except Exception:  # a job that never ran has nothing to download; its meta says why
         return None

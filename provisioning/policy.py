@@ -33,10 +33,15 @@ def site_admission_component() -> dict[str, Any]:
     return {"id": "site_admission", "path": SITE_ADMISSION, "args": {}}
 
 
-def job_scheduler_args() -> dict[str, Any]:
-    """FLARE's DefaultJobScheduler retry settings (its `max_jobs` stays as the kit has it)."""
-    return {"min_schedule_interval": SCHEDULE_INTERVAL_S, "max_schedule_interval": SCHEDULE_INTERVAL_S,
-            "max_schedule_count": SCHEDULE_TRIES}
+JOB_SCHEDULER = "server_app.scheduler.NamingJobScheduler"
+
+
+def job_scheduler(kit_scheduler: dict[str, Any]) -> dict[str, Any]:
+    """The server's `job_scheduler`: FLARE's DefaultJobScheduler naming the sites a waiting job lacks
+    (server_app.scheduler), retrying every SCHEDULE_INTERVAL_S; the kit's other arguments (`max_jobs`) stay."""
+    args = {**kit_scheduler.get("args", {}), "min_schedule_interval": SCHEDULE_INTERVAL_S,
+            "max_schedule_interval": SCHEDULE_INTERVAL_S, "max_schedule_count": SCHEDULE_TRIES}
+    return {**kit_scheduler, "path": JOB_SCHEDULER, "args": args}
 
 
 def job_recovery_component(resume: bool = True) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from provisioning.policy import (
     authorization_policy,
     default_site_policy,
     job_recovery_component,
-    job_scheduler_args,
+    job_scheduler,
     site_admission_component,
     site_guard_component,
 )
@@ -131,9 +131,8 @@ def write_server_policy(kit: Path, storage: Path, participants: Participants) ->
     for component in resources["components"]:
         if component["id"] == "job_manager":
             component["args"]["uri_root"] = str(storage / "jobs")
-        if component["id"] == "job_scheduler":
-            component["args"].update(job_scheduler_args())
-    resources["components"] = [c for c in resources["components"] if c.get("id") not in ("job_recovery", "site_admission")]
+    resources["components"] = [job_scheduler(c) if c.get("id") == "job_scheduler" else c for c in resources["components"]
+                               if c.get("id") not in ("job_recovery", "site_admission")]
     resources["components"] += [job_recovery_component(), site_admission_component()]
     for server in resources.get("servers", []):
         server["heart_beat_timeout"] = SERVER_HEARTBEAT_TIMEOUT_S

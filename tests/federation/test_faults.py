@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -155,22 +156,27 @@ def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_f
     federation, loopback = fault_federation
     rounds = 8
     job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=rounds)), tmp_path)
+    said: list[str] = []  # what `fl-job submit` prints, following the job through jobs.admin across the restart
     session = loopback.session(ADMIN)
     try:
         job_id = _submit(session, job_dir)
-        _wait_for_rounds(federation, job_id, 3)
+        with ThreadPoolExecutor(1) as follower:
+            following = follower.submit(follow_job, session, job_id, 300, True, said.append)
+            _wait_for_rounds(federation, job_id, 3)
+            loopback.kill_participant(federation.server)
+            loopback.bring_up(ADMIN)
+            outcome = following.result()
     finally:
         session.close()
-    loopback.kill_participant(federation.server)
-    loopback.bring_up(ADMIN)
     session = loopback.session(ADMIN)
     try:
         interrupted = session.get_job_meta(job_id)
-        outcome = follow_job(session, job_id, timeout=300, progress=None)
     finally:
         session.close()
 
     results = json.loads((outcome.server_app_dir() / "results.json").read_text())
+    assert any("lost the connection to the server" in line for line in said), said
+    assert "reconnected to the server" in said and f"resumed as job {outcome.job_id}" in "\n".join(said), said
     assert interrupted["status"] == "FINISHED:ABNORMAL" and interrupted["resumed_as"] == outcome.job_id
     assert outcome.completed, outcome.refusal()
     assert results["resumed_after_round"] >= 3

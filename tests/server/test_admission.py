@@ -35,9 +35,10 @@ def test_the_server_kit_lists_the_project_and_retries_waiting_jobs_every_few_sec
         federation.project, frozenset(federation.sites), frozenset(federation.admins))
     assert os.stat(local / PARTICIPANTS_FILE).st_mode & 0o777 == 0o600
     assert components["site_admission"]["path"] == "server_app.admission.SiteAdmission"
-    assert components["job_scheduler"]["args"] == {"max_jobs": 4, "min_schedule_interval": SCHEDULE_INTERVAL_S,
-                                                   "max_schedule_interval": SCHEDULE_INTERVAL_S,
-                                                   "max_schedule_count": SCHEDULE_TRIES}
+    assert components["job_scheduler"] == {
+        "id": "job_scheduler", "path": "server_app.scheduler.NamingJobScheduler",
+        "args": {"max_jobs": 4, "min_schedule_interval": SCHEDULE_INTERVAL_S,
+                 "max_schedule_interval": SCHEDULE_INTERVAL_S, "max_schedule_count": SCHEDULE_TRIES}}
 
 
 def test_only_listed_names_of_each_kind_may_join():
