@@ -40,7 +40,8 @@ _SPACING_RTOL = 0.01
 _SPACING_ATOL_MM = 1e-3
 _NATIVE_LITTLE_ENDIAN = frozenset({ExplicitVRLittleEndian, ImplicitVRLittleEndian})
 _NOT_SLICE_FILES = frozenset({"DICOMDIR"})
-_DECODERS = "pylibjpeg, pylibjpeg-libjpeg, pylibjpeg-openjpeg and pyjpegls (installed with the agent)"
+_DECODERS = "pylibjpeg pylibjpeg-libjpeg pylibjpeg-openjpeg pylibjpeg-rle pyjpegls"
+"""The decoder packages the agent installs (pyproject.toml): what to reinstall when pydicom finds none."""
 
 
 def series_files(folder: Path) -> dict[str, list[Path]]:
@@ -277,7 +278,7 @@ def _decode_error(path: Path, ds: Dataset, err: Exception) -> DataError:
     if syntax is not None and syntax.is_compressed and "missing dependencies" in str(err):
         return DataError(
             f"{path}: cannot decode its {syntax.name} pixel data: {err}\nInstall one of the decoder packages "
-            f"listed above into the agent's environment (the agent installs {_DECODERS}; one is missing or broken), "
+            f"listed above into the agent's environment (the agent's own: `pip install {_DECODERS}`), "
             "or convert the series to uncompressed DICOM (e.g. `gdcmconv --raw IN OUT`)"
         )
     return DataError(f"{path}: pixel data cannot be decoded ({err}); the file is damaged, re-export the series")
