@@ -304,3 +304,45 @@ def test_single_slice_series_needs_a_positive_slice_spacing(tmp_path):
 
     # Assert
     assert str(path) in str(error.value) and "slice spacing 0 mm is not positive" in str(error.value)
+
+
+def test_one_monochrome1_slice_in_a_monochrome2_series_is_named(tmp_path):
+    # Prepare: an exporter that inverted one slice
+    paths = _write(tmp_path / "series", _volume())
+    write_raw_header(paths[2:3], PhotometricInterpretation="MONOCHROME1")
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        read_dicom_series(tmp_path / "series")
+
+    # Assert
+    message = str(error.value)
+    assert message.startswith(f"{paths[2]}: PhotometricInterpretation MONOCHROME1")
+    assert "7 of the series' 8 slices are MONOCHROME2" in message and "Remove the slice" in message
+
+
+def test_a_monochrome1_series_is_refused(tmp_path):
+    # Prepare
+    paths = _write(tmp_path / "series", _volume())
+    write_raw_header(paths, PhotometricInterpretation="MONOCHROME1")
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        read_dicom_series(tmp_path / "series")
+
+    # Assert
+    message = str(error.value)
+    assert "MONOCHROME1 (inverted greyscale" in message and "in all 8 slices" in message and "as MONOCHROME2" in message
+
+
+def test_a_palette_colour_slice_is_refused(tmp_path):
+    # Prepare
+    paths = _write(tmp_path / "series", _volume())
+    write_raw_header(paths[:1], PhotometricInterpretation="PALETTE COLOR")
+
+    # Execute
+    with pytest.raises(DataError) as error:
+        read_dicom_series(tmp_path / "series")
+
+    # Assert
+    assert str(error.value).startswith(f"{paths[0]}: PhotometricInterpretation PALETTE COLOR; MR and CT series are greyscale")
