@@ -19,6 +19,7 @@ from diffusers import AutoencoderDC
 from fl_contract.fedkt.wire import ClassStatistics, full_matrix
 from fl_contract.models.dcae import AutoencoderIdentity, from_autoencoder_range, latent_shape
 from server_app.privacy.dp_calibration import NoiseCalibration
+from server_app.privacy.noisy_counts import inverse_count_estimator, inverse_counts
 
 EIGENVALUE_FLOOR = 1e-4
 USEFUL_MEAN_NOISE_TO_SIGNAL = 0.1  # the mean's noise a tenth of its length: class means land where the class is
@@ -69,29 +70,35 @@ def project_psd(matrix: np.ndarray, floor: float = EIGENVALUE_FLOOR) -> np.ndarr
     return symmetric
 
 
-def class_gaussians(noisy: ClassStatistics, std_mean: float, *, min_count: float,
+def class_gaussians(noisy: ClassStatistics, std_mean: float, *, min_count: float, std_count: float | None = None,
                     floor: float = EIGENVALUE_FLOOR) -> ClassGaussians:
-    """The classes whose noisy count is at least `min_count`, their `moment_estimates` projected to eigenvalues >= floor."""
+    """The classes whose noisy count is at least `min_count`, their `moment_estimates` projected to eigenvalues >= floor.
+
+    `std_count`: the count noise std (None: the counts are exact, public or noise-free).
+    """
     classes = np.flatnonzero(noisy.counts >= min_count)
     if classes.size == 0:
         raise ValueError(f"no class has a noisy count >= {min_count}; nothing can be released")
-    counts, means, covariances = moment_estimates(noisy, classes, std_mean)
+    counts, means, covariances = moment_estimates(noisy, classes, std_mean, std_count=std_count, min_count=min_count)
     return ClassGaussians(classes, means, np.stack([project_psd(c, floor) for c in covariances]), counts)
 
 
-def moment_estimates(noisy: ClassStatistics, classes: np.ndarray,
-                     std_mean: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(counts, means, covariances) of `classes`: mu = S_mu / n; Sigma = S_Sigma / n - mu mu^T + (std_mean / n)^2 I.
+def moment_estimates(noisy: ClassStatistics, classes: np.ndarray, std_mean: float, *, std_count: float | None,
+                     min_count: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(counts, means, covariances) of `classes`: mu = S_mu h_1(n); Sigma = S_Sigma h_1(n) - (S_mu S_mu^T - std_mean^2 I) h_2(n).
 
-    The correction term: the noisy mean is mu + e with e ~ N(0, (std_mean / n)^2 I), so E[mu_noisy mu_noisy^T] =
-    mu mu^T + (std_mean / n)^2 I; subtracting mu_noisy mu_noisy^T takes that much too much off, and we add it back.
-    The covariances are symmetric but not yet positive definite.
+    h_1, h_2 estimate 1/n and 1/n^2 from the released count n (`inverse_counts`: 1/n and 1/n^2 for exact counts;
+    for noisy ones, estimators that are unbiased given that n reached `min_count`). The noisy sum is S_mu + e with
+    e ~ N(0, std_mean^2 I) independent of the count, so S_mu S_mu^T - std_mean^2 I is unbiased for the noise-free
+    outer product of the sum; every term is then unbiased. For exact counts this is the textbook S_Sigma / n - mu
+    mu^T + (std_mean / n)^2 I. The covariances are symmetric but not yet positive definite.
     """
     counts = noisy.counts[classes]
-    means = noisy.sums[classes] / counts[:, None]
-    second = full_matrix(noisy.outer_upper[classes], noisy.dim) / counts[:, None, None]
-    correction = (std_mean / counts)[:, None, None] ** 2 * np.eye(noisy.dim)
-    return counts, means, second - means[:, :, None] * means[:, None, :] + correction
+    inverse, inverse_square = inverse_counts(counts, std_count, min_count)
+    sums = noisy.sums[classes]
+    second = full_matrix(noisy.outer_upper[classes], noisy.dim) * inverse[:, None, None]
+    sum_outer = sums[:, :, None] * sums[:, None, :] - std_mean**2 * np.eye(noisy.dim)
+    return counts, sums * inverse[:, None], second - sum_outer * inverse_square[:, None, None]
 
 
 def release_class_gaussians(stats: ClassStatistics, calibration: NoiseCalibration, noise_seed: int | None, *,
@@ -100,13 +107,14 @@ def release_class_gaussians(stats: ClassStatistics, calibration: NoiseCalibratio
                             class_names: Sequence[str] | None = None) -> Release:
     """Noise the aggregated statistics, estimate the class Gaussians, and write the manifest with its diagnostics."""
     noisy = add_noise(stats, calibration, noise_seed)
-    gaussians = class_gaussians(noisy, calibration.std_mean, min_count=min_count, floor=floor)
+    gaussians = class_gaussians(noisy, calibration.std_mean, min_count=min_count, std_count=calibration.std_count,
+                                floor=floor)
     names = [str(c) for c in range(stats.num_classes)] if class_names is None else list(class_names)
-    diagnostics = release_diagnostics(noisy, gaussians, calibration, names)
+    diagnostics = release_diagnostics(noisy, gaussians, calibration, names, min_count)
     manifest = {
         **calibration.manifest(),
         "counts_noised": calibration.std_count is not None,
-        "bias_correction": "covariance += (std_mean / n)^2 I",
+        "bias_correction": bias_correction(calibration.std_mean, calibration.std_count, min_count),
         "eigenvalue_floor": floor,
         "min_count": min_count,
         "num_classes": stats.num_classes,
@@ -134,8 +142,17 @@ def expected_noise_trace(std_outer: float, count: float, dim: int) -> float:
     return 4.0 * std_outer / (count * math.sqrt(2.0)) * dim * math.sqrt(dim) / (3.0 * math.pi)
 
 
+def bias_correction(std_mean: float, std_count: float | None, min_count: float) -> dict[str, Any]:
+    """The manifest's statement of the estimator and, for noisy counts, its residual bias given release."""
+    estimators = None if std_count is None else {
+        name: inverse_count_estimator(power, std_count, min_count).manifest() for power, name in ((1, "1/n"),
+                                                                                               (2, "1/n^2"))}
+    return {"mean": "S_mu h_1(n)", "covariance": "S_Sigma h_1(n) - (S_mu S_mu^T - std_mean^2 I) h_2(n)",
+            "std_mean": std_mean, "h": "1/n, 1/n^2 (exact counts)" if estimators is None else estimators}
+
+
 def release_diagnostics(noisy: ClassStatistics, gaussians: ClassGaussians, calibration: NoiseCalibration,
-                        class_names: Sequence[str]) -> dict[str, dict[str, Any]]:
+                        class_names: Sequence[str], min_count: float) -> dict[str, dict[str, Any]]:
     """Per class, how much of the release is noise, from the released numbers only (post-processing, no cost).
 
     The noise-free statistics are not available to the server, so each ratio compares the RMS norm of the noise,
@@ -150,7 +167,8 @@ def release_diagnostics(noisy: ClassStatistics, gaussians: ClassGaussians, calib
     """
     dim = noisy.dim
     released = {int(c): k for k, c in enumerate(gaussians.classes)}
-    _, means, covariances = moment_estimates(noisy, gaussians.classes, calibration.std_mean)
+    _, means, covariances = moment_estimates(noisy, gaussians.classes, calibration.std_mean,
+                                             std_count=calibration.std_count, min_count=min_count)
     out: dict[str, dict[str, Any]] = {}
     for c, name in enumerate(class_names):
         count = float(noisy.counts[c])

@@ -14,12 +14,14 @@ from server_app.fedkt_release import (
     class_gaussians,
     decode_latents,
     expected_noise_trace,
+    moment_estimates,
     project_psd,
     release_class_gaussians,
     sample_latents,
     synthetic_counts,
 )
 from server_app.privacy.dp_calibration import NoiseCalibration, calibrate_noise
+from server_app.privacy.noisy_counts import inverse_counts
 from site_agent.fedkt.stats import class_statistics
 
 
@@ -242,3 +244,63 @@ def test_withheld_classes_are_named_in_the_diagnostics():
 
     assert release.manifest["diagnostics"]["C"]["released"] is False
     assert "class C withheld" in release.manifest["diagnostics"]["C"]["warning"]
+
+
+def _repeated_class(n, dim, draws, mean_norm, seed=0):
+    """One class of n clipped latents (spread 9, R = 34) repeated `draws` times: each copy gets its own DP noise."""
+    rng = np.random.default_rng(seed)
+    direction = rng.normal(size=dim)
+    z = mean_norm * direction / np.linalg.norm(direction) + 9.0 * rng.normal(size=(n, dim))
+    z *= np.minimum(1.0, 34.0 / np.linalg.norm(z, axis=1, keepdims=True))
+    stats = ClassStatistics(np.repeat(z.sum(axis=0)[None], draws, axis=0),
+                            np.repeat(upper_triangle(z.T @ z)[None], draws, axis=0), np.full(draws, float(n)))
+    return stats, np.cov(z.T, bias=True), z.mean(axis=0)
+
+
+def _relative_bias(values):
+    """(mean, standard error) of per-draw relative errors."""
+    return values.mean(), values.std(ddof=1) / np.sqrt(values.size)
+
+
+@pytest.mark.parametrize("adjacency", ["add_remove", "replace_one"])
+@pytest.mark.parametrize("n", [20, 50, 200])
+def test_released_covariance_and_mean_are_unbiased_with_noisy_counts(adjacency, n):
+    """2000 DP noise draws of the job's release (epsilon 10, d = 4): given release, the moment estimates' bias is
+    within three Monte Carlo standard errors of zero; the plug-in estimate (the noisy count treated as exact) is
+    not at n = 20 under add/remove (-4.1% on the covariance's trace, +3.6% on the mean, both over 5 errors)."""
+    calibration = calibrate_noise(10.0, 1e-5, clip_norm=34.0, adjacency=adjacency)
+    stats, covariance, mean = _repeated_class(n, dim=4, draws=2000, mean_norm=12.0)
+    noisy = add_noise(stats, calibration, seed=n)
+    released = np.flatnonzero(noisy.counts >= 10.0)
+
+    estimates = {}
+    for name, std_count in (("corrected", calibration.std_count), ("plug-in", None)):
+        _, means, covariances = moment_estimates(noisy, released, calibration.std_mean, std_count=std_count,
+                                                 min_count=10.0)
+        estimates[name] = (_relative_bias(np.diagonal(covariances, axis1=1, axis2=2) @ np.ones(4)
+                                          / np.trace(covariance) - 1.0),
+                           _relative_bias(means @ mean / (mean @ mean) - 1.0))
+
+    for bias, standard_error in estimates["corrected"]:
+        assert abs(bias) < 3 * standard_error
+    if adjacency == "add_remove" and n == 20:
+        assert all(abs(bias) > 4 * standard_error for bias, standard_error in estimates["plug-in"])
+
+
+def test_manifest_states_the_count_correction_and_its_residual_bias():
+    calibration = calibrate_noise(10.0, 1e-5, clip_norm=10.0, adjacency="add_remove")
+
+    release = release_class_gaussians(_stats(n=300), calibration, noise_seed=1, min_count=10.0)
+
+    correction = json.loads(json.dumps(release.manifest["bias_correction"]))["h"]
+    assert set(correction) == {"1/n", "1/n^2"}
+    assert correction["1/n"]["fit_range_records"] == [20.0, 2010.0]
+    for power in ("1/n", "1/n^2"):
+        bias = correction[power]["relative_bias"]
+        assert max(abs(bias[n]) for n in ("20", "30", "50", "200")) < 0.005
+        assert bias["15"] < -0.05  # a class one count-noise std above min_count: not unbiased given release
+
+
+def test_count_correction_refuses_a_count_below_min_count():
+    with pytest.raises(ValueError, match="released counts >= 10.0; got 9.50"):
+        inverse_counts(np.array([30.0, 9.5]), std_count=5.0, min_count=10.0)
