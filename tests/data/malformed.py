@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import nibabel as nib
 import numpy as np
 import pydicom
 from pydicom.datadict import dictionary_VR
@@ -48,3 +49,15 @@ def claim_size(jpeg: Path, width: int, height: int) -> None:
     frame = data.index(b"\xff\xc0")  # start of frame: marker, length (2), precision (1), height (2), width (2)
     data[frame + 5 : frame + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
     jpeg.write_bytes(bytes(data))
+
+
+def patch_nifti1_header(path: Path, **fields: object) -> None:
+    """Overwrite fields of an uncompressed NIfTI-1 file's header in place, as raw bytes (nibabel, asked to save
+    them, would recompute pixdim and the codes from the affine)."""
+    order = nib.load(path).header.endianness  # type: ignore[attr-defined]
+    data = bytearray(path.read_bytes())
+    for name, value in fields.items():
+        field_dtype, offset = nib.Nifti1Header.template_dtype.fields[name][:2]
+        raw = np.asarray(value, dtype=field_dtype.base.newbyteorder(order)).tobytes()
+        data[offset : offset + len(raw)] = raw
+    path.write_bytes(bytes(data))
