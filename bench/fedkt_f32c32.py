@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/fedkt_f32c32.py [--images 64 --repeats 3 --write-readme]
 
-The dc-ae-f32c32-in-1.0 configuration (as in diffusers' scripts/convert_dcae_to_diffusers.py) is built here with
+The dc-ae-f32c32-in-1.0 configuration (as in diffusers' conversion script,
+https://github.com/huggingface/diffusers/blob/main/scripts/convert_dcae_to_diffusers.py) is built here with
 random weights: the cost does not depend on them, and nothing is downloaded. On the same 64x64 images in [-1, 1]:
 
 - bare encoder: `model.encode(batch).latent` over batches of 32 (the site's batch size) under inference mode;

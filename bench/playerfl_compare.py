@@ -46,7 +46,8 @@ from site_agent.data.isic import IMAGE_FOLDER
 NARROW_CNN5 = {"channels": [4, 8, 16, 32, 64], "hidden": 32}
 """The paper's CNN at 1/8 of its widths (~0.03M parameters): 2 shared CPU cores."""
 PAPER_ISIC = {"playerfl": 68.6, "local": 68.9, "fedavg": 66.4, "fedbabu": 67.3}
-"""Accuracy (%) on the real 4-centre ISIC-2019 federation as the paper reports it (ALGORITHMS.md)."""
+"""Accuracy (%) on the real 4-centre ISIC-2019 federation as the paper reports it
+(docs/algorithms.md#reference-isic-2019-setup)."""
 TUNING_SEED = 100
 SITE_CAST, IMAGE_GAIN, BLUR_PX, NOISE = 0.2, 0.3, 1.0, 25.0
 """Per site a colour cast (each channel x U(1 +- 0.2), its dermoscope); per image a colour gain and a brightness

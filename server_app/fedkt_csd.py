@@ -1,7 +1,7 @@
 """FedKT-CSD on the server: key exchange, secure-aggregated sums, DP release, synthetic data, optional evaluation.
 
-One round, no training at the sites (ALGORITHMS.md). The server resolves the autoencoder folder from its own
-`local/server_app.json` (a job never carries paths), runs secure aggregation with dropout recovery
+One round, no training at the sites (docs/algorithms.md#fedkt-csd). The server resolves the autoencoder folder
+from its own `local/server_app.json` (a job never carries paths), runs secure aggregation with dropout recovery
 (`server_app.privacy.secure_aggregation`) so that it learns only the sum of the sites' fixed-point statistics,
 adds calibrated Gaussian noise, and samples and decodes a labelled synthetic image set. A site lost after sharing
 its keys is removed and the release goes on with the others; below the threshold the job stops naming the

@@ -1,4 +1,4 @@
-"""How a federation is scored from its sites' held-out results (ALGORITHMS.md, PLayer-FL metrics).
+"""How a federation is scored from its sites' held-out results (PLayer-FL: docs/algorithms.md#metrics).
 
 Federation score: per-site scores weighted by training-set size. Fairness: population variance of the per-site
 scores (lower is fairer). Incentivisation: share of sites strictly better than both their Local and their FedAvg

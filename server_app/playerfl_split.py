@@ -1,12 +1,13 @@
 """PLayer-FL's split on the server: how many leading layers to federate, one rule per method.
 
 Threshold rule (PLayer-FL, after round 1). The paper compares the relative sensitivity of consecutive layers with a
-threshold t but publishes neither t nor how sites are combined. Ours (ALGORITHMS.md, docs/playerfl.md): each site's
-cumulative curve is normalised (divided by its total, or by its first layer), so that every site weighs on the
-shape and none on its scale (raw first-layer values differ by up to four orders of magnitude between sites); the
-federation's curve F is the training-size-weighted mean of the normalised curves; r_l = F_l / F_{l-1}, and p =
-(first l with r_l > t) - 1 layers federated (1-based l >= 2); the last layer always stays local, so 1 <= p <= L - 1.
-The same rule on each site's own curve gives that site's p, recorded beside the federation's.
+threshold t but publishes neither t nor how sites are combined. Ours (docs/algorithms.md#choosing-the-split,
+docs/playerfl.md): each site's cumulative curve is normalised (divided by its total, or by its first layer), so
+that every site weighs on the shape and none on its scale (raw first-layer values differ by up to four orders of
+magnitude between sites); the federation's curve F is the training-size-weighted mean of the normalised curves;
+r_l = F_l / F_{l-1}, and p = (first l with r_l > t) - 1 layers federated (1-based l >= 2); the last layer always
+stays local, so 1 <= p <= L - 1. The same rule on each site's own curve gives that site's p, recorded beside the
+federation's.
 Random rule (PLayer-FL-Random, before round 1): p uniform over 1..L-1 without PLayer-FL's p, by the job seed.
 """
 

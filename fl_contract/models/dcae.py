@@ -60,7 +60,8 @@ def tiny_dcae_config() -> dict[str, Any]:
 
 
 def f32c32_config() -> dict[str, Any]:
-    """The AutoencoderDC arguments of the published dc-ae-f32c32-in-1.0 (diffusers' convert_dcae_to_diffusers.py):
+    """The AutoencoderDC arguments of the published dc-ae-f32c32-in-1.0 (diffusers' conversion script,
+    https://github.com/huggingface/diffusers/blob/main/scripts/convert_dcae_to_diffusers.py):
     to build it with random weights where only its size matters (GPU benchmarks), never to replace its weights."""
     block_types = ("ResBlock",) * 3 + ("EfficientViTBlock",) * 3
     channels = (128, 256, 512, 512, 1024, 1024)

@@ -23,7 +23,8 @@ def summary(outcome: JobOutcome) -> str:
         w = ", ".join(f"{v:+.3f}" for v in entry["global_weights"]["weight"])
         counts = ", ".join(f"{s}={v['num_samples']}" for s, v in entry["sites"].items())
         lines.append(f"{entry['round']:>5}  [{w}]  {counts}")
-    lines.append("reference (ALGORITHMS.md): round 1 [1.354, -2.023], round 3 [1.935, -2.898], round 5 [1.995, -2.990]")
+    lines.append("reference (docs/algorithms.md): round 1 [1.354, -2.023], round 3 [1.935, -2.898], "
+                 "round 5 [1.995, -2.990]")
     return "\n".join(lines)
 
 

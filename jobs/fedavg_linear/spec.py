@@ -1,4 +1,4 @@
-"""FedAvg on the reference linear model (ALGORITHMS.md): the federation's smoke test.
+"""FedAvg on the reference linear model (docs/algorithms.md#fedavg-reference-run): the federation's smoke test.
 
 Sites need `site-agent demo-data linear --site-index N --out FOLDER` and that folder under the dataset key.
 """

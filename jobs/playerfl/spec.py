@@ -1,4 +1,4 @@
-"""PLayer-FL and its baselines on four-class ISIC-format sites (ALGORITHMS.md, docs/playerfl.md).
+"""PLayer-FL and its baselines on four-class ISIC-format sites (docs/algorithms.md#player-fl, docs/playerfl.md).
 
 Sites need an ISIC-2019-format folder (`site-agent demo-data isic` writes synthetic ones, `site-agent
 isic-federation` the paper's federation from the real ISIC 2019 set) under the dataset key.

@@ -1,7 +1,7 @@
-"""The FedAvg reference data set (ALGORITHMS.md): y = X w + noise, w = (2, -3), one slice per site.
+"""The FedAvg reference data set: y = X w + noise, w = (2, -3), one slice per site.
 
-All sites' samples are drawn from one generator in site order, exactly as the reference run does, so that a
-three-site federation reproduces the reference global weights.
+All sites' samples are drawn from one generator in site order, exactly as the reference run does
+(docs/algorithms.md#fedavg-reference-run), so that a three-site federation reproduces its global weights.
 """
 
 from __future__ import annotations

@@ -3,10 +3,11 @@
 The real federation uses a published DC-AE (e.g. dc-ae-f32c32-in-1.0) downloaded once. For demos and tests we
 train the tiny AutoencoderDC (same (32, 2, 2) latent for 64x64 input, d = 128) for a few minutes on CPU, on
 synthetic ISIC-style images drawn with a public seed that no demo site uses. Without regularisation a small
-autoencoder's latents drift to huge norms (ALGORITHMS.md), so the loss adds `latent_weight` x mean(z^2). The clip
-norm R is the median latent norm on these public images, fixed before any site data is seen and saved in
-clip_norm.json. How well it reconstructs, and what a classifier trained on its reconstructions scores, is measured
-on held-out public images and saved beside it in quality.json, so that the demo can say what caps its results.
+autoencoder's latents drift to huge norms (docs/algorithms.md#demo-autoencoder-latents), so the loss adds
+`latent_weight` x mean(z^2). The clip norm R is the median latent norm on these public images, fixed before any
+site data is seen and saved in clip_norm.json. How well it reconstructs, and what a classifier trained on its
+reconstructions scores, is measured on held-out public images and saved beside it in quality.json, so that the
+demo can say what caps its results.
 """
 
 from __future__ import annotations

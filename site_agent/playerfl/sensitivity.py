@@ -1,10 +1,11 @@
-"""Layer importance and cumulative federation sensitivity (PLayer-FL, ALGORITHMS.md).
+"""Layer importance and cumulative federation sensitivity (PLayer-FL).
 
-I_k = (1/n_k) * sum_p (theta_p * grad_p)^2 over the n_k weights of layer k, F_l = sum_{k<=l} I_k. A layer's weights
-are every weight tensor it groups (a conv and its norm scale, a residual block's convolutions), pooled: each weight
-counts once, so a norm scale of 64 values does not weigh as much as a convolution of 36,864. Computed on one
-training batch in train mode, with the gradient of the mean training loss; the model's weights, gradients and
-running statistics are left untouched.
+I_k = (1/n_k) * sum_p (theta_p * grad_p)^2 over the n_k weights of layer k, F_l = sum_{k<=l} I_k
+(docs/algorithms.md#layers-importance-and-federation-sensitivity). A layer's weights are every weight tensor it
+groups (a conv and its norm scale, a residual block's convolutions), pooled: each weight counts once, so a norm
+scale of 64 values does not weigh as much as a convolution of 36,864. Computed on one training batch in train mode,
+with the gradient of the mean training loss; the model's weights, gradients and running statistics are left
+untouched.
 """
 
 from __future__ import annotations

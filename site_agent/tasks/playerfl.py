@@ -53,7 +53,7 @@ class _Site:
 
 
 class PLayerFLTask(TrackedTask):
-    """PLayer-FL and its baselines at a site (ALGORITHMS.md for the hyper-parameters' reference values)."""
+    """PLayer-FL and its baselines at a site (reference hyper-parameters: docs/algorithms.md#baselines)."""
 
     def __init__(
         self,

@@ -71,7 +71,8 @@ def fault_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
 
 
 def _reference_weights(rounds: int) -> list[float]:
-    """The reference FedAvg run of ALGORITHMS.md in numpy: 5 full-batch steps per site and round, sample-weighted."""
+    """The reference FedAvg run (docs/algorithms.md#fedavg-reference-run) in numpy: 5 full-batch steps per site and
+    round, sample-weighted."""
     sites = [(x.astype(np.float64), y.astype(np.float64)) for x, y in generate_linear_sites()]
     w = np.zeros(2)
     for _ in range(rounds):

@@ -21,7 +21,7 @@ from site_agent.playerfl.training import LocalTrainer
 
 @dataclass(frozen=True)
 class MethodOptions:
-    """The baselines' hyper-parameters as the job sets them (reference values in ALGORITHMS.md)."""
+    """The baselines' hyper-parameters as the job sets them (reference values: docs/algorithms.md#baselines)."""
 
     fedprox_mu: float
     ditto_lambda: float
