@@ -1,9 +1,11 @@
-"""Only the provisioned project's participants join, on the shared provisioned federation.
+"""Only the provisioned project's participants join, and a job waiting for a site says which, on the shared
+provisioned federation.
 
 A kit for `site-9` and an admin kit for `lead2@cc.org`, made by provisioning a second project.yml under the
 federation's own CA state (so their certificates are genuine), are refused at registration; adding the site is the
 provisioning step the admin guide gives (its new server list copied to the running server), with no restart; taking
-it off the list again puts it out at its next heartbeat. Every process a test starts is stopped by PID.
+it off the list again puts it out at its next heartbeat. A job submitted while a site is down names the site while
+it waits and starts within seconds of the site's return. Every process a test starts is stopped by PID.
 """
 
 from __future__ import annotations
@@ -12,14 +14,18 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml
 from nvflare.apis.fl_exception import FLCommunicationError
 from nvflare.fuel.flare_api.flare_api import new_secure_session
-from support import SITES
+from support import ADMIN, SITES
 
+from jobs.admin import follow_job
+from jobs.common import build_job, export
+from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.provision import Federation, customise, provision
 from server_app.admission import PARTICIPANTS_FILE
 from site_agent.start import EXIT_REFUSED
@@ -93,3 +99,31 @@ def test_unlisted_participants_are_refused_and_a_provisioned_site_joins_without_
             del loopback.participants[NEW_SITE]
     assert f"refused the heartbeat of '{NEW_SITE}'" in _server_log(federation)
     assert set(SITES) <= _connected(running_federation)
+
+
+def test_a_job_waiting_for_a_site_names_it_and_starts_soon_after_it_returns(running_federation, tmp_path):
+    loopback, down = running_federation.loopback, SITES[-1]
+    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=1, min_clients=len(SITES))), tmp_path)
+    said: list[tuple[float, str]] = []  # what `fl-job submit` prints, and when
+    session = running_federation.session()
+    try:
+        loopback.kill_participant(down)  # by PID, as a crash would
+        session.remove_client(down)  # the server would notice by itself at the heartbeat timeout (20 s)
+        job_id = str(session.submit_job(str(job_dir)))
+        with ThreadPoolExecutor(1) as follower:
+            following = follower.submit(follow_job, session, job_id, 180, False,
+                                        lambda line: said.append((time.monotonic(), line)))
+            _wait_until(lambda: any("waiting to start" in line for _, line in said), 60, "the follower said nothing")
+            loopback.bring_up(ADMIN)
+            returned = time.monotonic()
+            outcome = following.result()
+    finally:
+        session.close()
+        loopback.bring_up(ADMIN)
+
+    waiting = [line for _, line in said if "waiting to start" in line]
+    started = next(at for at, line in said if line.endswith(": RUNNING"))
+    assert outcome.completed, outcome.refusal()
+    assert waiting[0] == (f"job {job_id}: waiting to start: connected sites ({len(SITES) - 1}) < min_sites "
+                          f"({len(SITES)}); not connected: {down}"), said
+    assert started - returned < 15, said
