@@ -94,25 +94,61 @@ SplitRule = Callable[[SplitInputs, Callable[[str], None]], dict[str, Any]]
 """(inputs, log) -> the split's record for results.json; its "federated_layers" is p."""
 
 
+def curve_defect(curve: Curve, normalisation: str) -> str | None:
+    """Why a site's curve cannot count towards the federation's (None: it can). Averaged in, an all-zero curve
+    (no gradient reached the weights, e.g. a site whose training split holds one class and whose loss saturates)
+    pulls the federation's curve towards 0 with the site's weight, and on its own its ratios are all 1, p = L - 1."""
+    f = np.asarray(curve, dtype=np.float64)
+    if not np.all(np.isfinite(f)):
+        return "non-finite sensitivity values"
+    if f[-1] <= 0:
+        return ("all zero: no gradient reached its weights (e.g. its training split holds one class and the loss "
+                "saturates)")
+    if normalisation == "first_layer" and f[0] <= 0:
+        return "its first layer's sensitivity is 0, so the first_layer normalisation cannot scale its curve"
+    return None
+
+
 def threshold_split(inputs: SplitInputs, log: Callable[[str], None]) -> dict[str, Any]:
     """PLayer-FL: p from the federation's normalised curve, with what a researcher needs to see why (every site's
-    curve and own p, the federation's curve and ratios, p over a grid of t)."""
+    curve and own p, the federation's curve and ratios, p over a grid of t). Sites whose curve is degenerate
+    (`curve_defect`) are left out of the federation's curve and named with the reason in `excluded_sites`; if
+    every site's is, no split can be read from the data: p stays at round 1's L - 1 and the record warns."""
     names = inputs.layers
     raw = {s: c["cumulative"] for s, c in sorted(inputs.site_curves.items())}
-    normalised = {s: normalise_curve(c, inputs.normalisation) for s, c in raw.items()}
+    defects = {s: curve_defect(c, inputs.normalisation) for s, c in raw.items()}
+    excluded = {s: reason for s, reason in defects.items() if reason is not None}
+    usable = {s: c for s, c in raw.items() if s not in excluded}
+    for site, reason in excluded.items():
+        log(f"PLayer-FL split: {site}'s sensitivity curve is left out of the federation's ({reason})")
+    record: dict[str, Any] = {"rule": "threshold", "threshold": inputs.threshold, "normalisation": inputs.normalisation,
+                              "layers": names, "excluded_sites": excluded,
+                              "site_curves": {s: _finite_or_none(c) for s, c in raw.items()},
+                              "site_importance": {s: _finite_or_none(c["importance"])
+                                                  for s, c in sorted(inputs.site_curves.items())}}
+    if not usable:
+        warning = (f"no site sent a usable sensitivity curve ({excluded}): the split cannot be read from the data, "
+                   f"so PLayer-FL keeps round 1's {len(names) - 1} federated layers")
+        log(f"PLayer-FL split: {warning}")
+        return {**record, "federated_layers": len(names) - 1, "warning": warning, "federation_curve": None,
+                "ratios": None, "split_over_thresholds": None, "site_splits": {}, "site_normalised_curves": {}}
+    normalised = {s: normalise_curve(c, inputs.normalisation) for s, c in usable.items()}
     federation = combine_curves(normalised, inputs.num_samples)
     p = choose_split(federation, inputs.threshold)
-    site_splits = {s: choose_split(c, inputs.threshold) for s, c in raw.items()}
+    site_splits = {s: choose_split(c, inputs.threshold) for s, c in usable.items()}
     stability = split_over_thresholds(federation, THRESHOLD_GRID)
     log(f"PLayer-FL split: federating the first {p} layers ({names[:p]}), t={inputs.threshold}; sites' own p "
         f"{site_splits}; federation curve ({inputs.normalisation}-normalised) {np.round(federation, 4).tolist()}; "
         f"p over t: {stability}")
     ratios = [float(r) if np.isfinite(r) else None for r in sensitivity_ratios(federation)]
-    return {"rule": "threshold", "threshold": inputs.threshold, "normalisation": inputs.normalisation, "layers": names,
-            "federated_layers": p, "federation_curve": federation.tolist(), "ratios": ratios,
+    return {**record, "federated_layers": p, "federation_curve": federation.tolist(), "ratios": ratios,
             "split_over_thresholds": {str(t): v for t, v in stability.items()}, "site_splits": site_splits,
-            "site_curves": raw, "site_normalised_curves": {s: c.tolist() for s, c in normalised.items()},
-            "site_importance": {s: c["importance"] for s, c in sorted(inputs.site_curves.items())}}
+            "site_normalised_curves": {s: c.tolist() for s, c in normalised.items()}}
+
+
+def _finite_or_none(values: Curve) -> list[float | None]:
+    """Values for results.json, which holds no NaN or infinity: those become null."""
+    return [float(v) if np.isfinite(v) else None for v in np.asarray(values, dtype=np.float64)]
 
 
 def random_split(inputs: SplitInputs, log: Callable[[str], None]) -> dict[str, Any]:

@@ -20,13 +20,16 @@ SUMMARY = (f"Median over seeds [lowest, highest seed]; federation scores weighte
 
 
 def splits_markdown(runs: Sequence[Run]) -> str:
-    """Per run that chose or drew a split: the federation's p, each site's own p (PLayer-FL) or what was drawn from."""
-    lines = ["| method | seed | federated layers p | sites' own p (PLayer-FL) / drawn from (random) |",
-             "| --- | ---: | ---: | --- |"]
+    """Per run that chose or drew a split: the federation's p, each site's own p (PLayer-FL) or what was drawn from,
+    and the sites whose curve was left out of the federation's, with the reason."""
+    lines = ["| method | seed | federated layers p | sites' own p (PLayer-FL) / drawn from (random) | sites left out |",
+             "| --- | ---: | ---: | --- | --- |"]
     for run in sorted((r for r in runs if r.split), key=lambda r: (r.method, r.seed)):
         split = run.split or {}
         detail = split.get("site_splits") or split.get("choices") or ""
-        lines.append(f"| {run.method} | {run.seed} | {split['federated_layers']} of {len(split['layers'])} | {detail} |")
+        excluded = "; ".join(f"{site}: {reason}" for site, reason in (split.get("excluded_sites") or {}).items())
+        lines.append(f"| {run.method} | {run.seed} | {split['federated_layers']} of {len(split['layers'])} | {detail} | "
+                     f"{excluded or '—'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -37,13 +40,15 @@ def write_report(runs: Sequence[Run], out_dir: Path) -> Path:
     table, ranked = method_table(runs), ranks.rankings(runs)
     figures = [plots.site_bars(runs, score, out_dir / f"sites_{score}.png") for score in SCORES]
     figures += [plots.sensitivity_curves(r, out_dir / f"sensitivity_seed{r.seed}.png")
-                for r in runs if r.split and "site_curves" in r.split]
+                for r in runs if r.split and r.split.get("federation_curve")]
     text = ["# PLayer-FL report", "", f"{len(runs)} runs. {SUMMARY}", "", markdown(table), "## Ranks and tests", "",
             ranks.markdown(ranked), "## Splits", "", splits_markdown(runs), *[f"![{f.stem}]({f.name})" for f in figures],
             ""]
     splits = {f"{r.method} seed {r.seed}": r.split["federated_layers"] for r in runs if r.split}
+    excluded = {f"{r.method} seed {r.seed}": r.split["excluded_sites"] for r in runs
+                if r.split and r.split.get("excluded_sites")}
     (out_dir / "summary.json").write_text(json.dumps({"methods": table, "ranks": [asdict(r) for r in ranked],
-                                                      "splits": splits}, indent=2))
+                                                      "splits": splits, "excluded_sites": excluded}, indent=2))
     report = out_dir / "report.md"
     report.write_text("\n".join(text))
     return report

@@ -1,11 +1,13 @@
 """The report's comparison over seeds: mean ranks as the paper defines them, rank-based tests, no incentivisation
 for the methods it compares against."""
 
+import json
 from pathlib import Path
 
 import pytest
 
 from server_app.metrics import federation_summary
+from server_app.report import write_report
 from server_app.report.ranks import markdown, rankings
 from server_app.report.runs import Run
 from server_app.report.table import method_table
@@ -45,3 +47,18 @@ def test_mean_ranks_per_seed_and_the_tests_over_seeds():
     assert incentive.wilcoxon_p == {"fedbabu": pytest.approx(0.25)} and f1.seeds == [0, 1, 2]
     assert f1.friedman_p is not None and 0 < f1.friedman_p < 0.1
     assert "| local | 2.83 | " in markdown([f1, fairness, incentive])
+
+
+def test_report_names_the_sites_left_out_of_the_split(tmp_path):
+    split = {"rule": "threshold", "threshold": 2.0, "normalisation": "total", "layers": ["a", "b", "c"],
+             "federated_layers": 1, "federation_curve": [0.2, 0.3, 1.0], "site_splits": {"a": 1},
+             "site_normalised_curves": {"a": [0.2, 0.3, 1.0]}, "site_curves": {"a": [2.0, 3.0, 10.0], "b": [0.0] * 3},
+             "excluded_sites": {"b": "all zero: no gradient reached its weights"}}
+    runs = [Run("playerfl", 0, RUNS[0].evaluation, RUNS[0].summary, split, Path("playerfl-0")), *RUNS[3:6]]
+
+    report = write_report(runs, tmp_path).read_text()
+
+    assert "| playerfl | 0 | 1 of 3 | {'a': 1} | b: all zero: no gradient reached its weights |" in report
+    assert json.loads((tmp_path / "summary.json").read_text())["excluded_sites"] == {
+        "playerfl seed 0": {"b": "all zero: no gradient reached its weights"}}
+    assert (tmp_path / "sensitivity_seed0.png").is_file()

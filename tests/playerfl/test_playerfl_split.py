@@ -102,3 +102,47 @@ def test_where_most_sites_say_split_early_normalised_curves_move_p_there(normali
     assert record["federated_layers"] == 2
     assert record["site_splits"] == {"site-1": 2, "site-2": 2, "site-3": 2, "site-4": 5}
     assert record["normalisation"] == normalisation
+
+
+def _inputs(curves, normalisation="total", samples=None):
+    records = {s: {"cumulative": list(c), "importance": np.diff([0.0, *c]).tolist()} for s, c in curves.items()}
+    return SplitInputs([f"l{i}" for i in range(6)], records, samples or dict.fromkeys(curves, 100), threshold=2.0,
+                       seed=0, normalisation=normalisation)
+
+
+def test_a_site_whose_curve_is_all_zero_is_left_out_and_named():
+    """Averaged in, the one-class site's zero curve would shrink the federation's curve to 2/11 of its height
+    (the site holds 900 of 1100 samples) and be listed with its own p = 5 (L - 1, from ratios that are all 1)."""
+    curves = {"site-1": EARLY_JUMP, "site-2": EARLY_JUMP, "site-3": [0.0] * 6}
+    samples = {"site-1": 100, "site-2": 100, "site-3": 900}
+    log: list[str] = []
+
+    record = threshold_split(_inputs(curves, samples=samples), log.append)
+
+    assert choose_split([0.0] * 6, 2.0) == 5
+    assert record["federated_layers"] == 2 and record["federation_curve"][-1] == pytest.approx(1.0)
+    assert set(record["excluded_sites"]) == {"site-3"} and "all zero" in record["excluded_sites"]["site-3"]
+    assert record["site_splits"] == {"site-1": 2, "site-2": 2}
+    assert set(record["site_normalised_curves"]) == {"site-1", "site-2"} and "site-3" in record["site_curves"]
+    assert any("site-3's sensitivity curve is left out" in line for line in log)
+
+
+def test_non_finite_and_unscalable_curves_are_left_out_with_their_reason():
+    curves = {"site-1": EARLY_JUMP, "site-2": [1.0, 2.0, np.inf, np.inf, np.inf, np.inf],
+              "site-3": [0.0, 0.0, 1.0, 2.0, 3.0, 4.0]}
+
+    by_total = threshold_split(_inputs(curves, "total"), lambda message: None)
+    by_first = threshold_split(_inputs(curves, "first_layer"), lambda message: None)
+
+    assert by_total["excluded_sites"] == {"site-2": "non-finite sensitivity values"}
+    assert by_total["site_curves"]["site-2"] == [1.0, 2.0, None, None, None, None]
+    assert set(by_first["excluded_sites"]) == {"site-2", "site-3"}
+    assert "first_layer normalisation" in by_first["excluded_sites"]["site-3"]
+
+
+def test_with_no_usable_curve_the_split_keeps_round_one_and_warns():
+    record = threshold_split(_inputs({"site-1": [0.0] * 6, "site-2": [0.0] * 6}), lambda message: None)
+
+    assert record["federated_layers"] == 5 and record["federation_curve"] is None
+    assert "no site sent a usable sensitivity curve" in record["warning"]
+    assert set(record["excluded_sites"]) == {"site-1", "site-2"}
