@@ -48,11 +48,16 @@ def _submit(args: argparse.Namespace) -> int:
     kit = Path(args.admin_kit).resolve()
     with tempfile.TemporaryDirectory() as tmp:
         job_dir = _build(args, Path(tmp))
-        session = new_secure_session(_admin_username(kit), str(kit), timeout=args.connect_timeout)
         try:
-            outcome = submit_and_wait(session, job_dir, timeout=args.timeout)
-        finally:
-            session.close()
+            session = new_secure_session(_admin_username(kit), str(kit), timeout=args.connect_timeout)
+            try:
+                outcome = submit_and_wait(session, job_dir, timeout=args.timeout)
+            finally:
+                session.close()
+        except (ConnectionError, TimeoutError) as exc:  # the server unreachable (and not back), or the job too slow
+            print(f"fl-job submit: {exc} (the server's address is in {kit / 'startup' / 'fed_admin.json'})",
+                  file=sys.stderr)
+            return 1
     if not outcome.completed:
         print(f"job {outcome.job_id} ended {outcome.status}: {outcome.refusal()}", file=sys.stderr)
         return 1
