@@ -9,12 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nvflare.apis.analytix import ANALYTIC_EVENT_TYPE
-
 from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.playerfl.protocol import METHODS
-from jobs.segmentation.spec import EVENT_TO_FED, TB_RECEIVER, TB_WRITER, TB_WRITER_ID
-from jobs.spec import Apps, Component, FederationParams, JobKind, param
+from jobs import tracking
+from jobs.spec import Apps, FederationParams, JobKind, param
 from server_app.playerfl_split import NORMALISATIONS
 
 
@@ -58,12 +56,7 @@ def model_arguments(p: PLayerFLParams) -> dict[str, Any]:
 
 def _apps(p: PLayerFLParams) -> Apps:
     model = {"model": p.model, "model_args": model_arguments(p), "method": p.method, "seed": p.seed}
-    server_extras: tuple[Component, ...] = ()
-    site_extras: tuple[Component, ...] = ()
-    if p.tracking:
-        server_extras = (Component(TB_RECEIVER, {"tb_folder": "tb_events"}, "tb_receiver"),)
-        site_extras = (Component(TB_WRITER, {}, TB_WRITER_ID),
-                       Component(EVENT_TO_FED, {"events_to_convert": [ANALYTIC_EVENT_TYPE]}, "event_to_fed"))
+    server_extras, site_extras = tracking.extras(p.tracking)
     return Apps(
         controller={**model, "num_rounds": p.num_rounds, "threshold": p.threshold,
                     "curve_normalisation": p.curve_normalisation, "playerfl_split": p.playerfl_split,
@@ -72,7 +65,7 @@ def _apps(p: PLayerFLParams) -> Apps:
                    "batch_size": p.batch_size, "learning_rate": p.learning_rate, "weight_decay": p.weight_decay,
                    "focal_gamma": p.focal_gamma, "fedprox_mu": p.fedprox_mu, "ditto_lambda": p.ditto_lambda,
                    "fedlp_keep": p.fedlp_keep, "pfedme_lambda": p.pfedme_lambda, "pfedme_steps": p.pfedme_steps,
-                   "finetune_epochs": p.finetune_epochs, "analytic_sender_id": TB_WRITER_ID if p.tracking else ""},
+                   "finetune_epochs": p.finetune_epochs, "analytic_sender_id": tracking.sender_id(p.tracking)},
         server_extras=server_extras,
         site_extras=site_extras,
     )
@@ -88,8 +81,8 @@ KIND = JobKind(
     site_task="site_agent.tasks.playerfl.PLayerFLTask",
     apps=_apps,
     dataset_keys=("dataset",),
-    site_classes=(TB_WRITER, EVENT_TO_FED),
-    server_classes=(TB_RECEIVER,),
+    site_classes=tracking.SITE_CLASSES,
+    server_classes=tracking.SERVER_CLASSES,
     job_name=lambda p: f"playerfl-{p.method.replace('_', '-')}",
     demo="jobs.playerfl.demo:DEMOS",
     guide="docs/playerfl.md",

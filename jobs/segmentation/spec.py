@@ -11,17 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nvflare.apis.analytix import ANALYTIC_EVENT_TYPE
-
 from fl_contract.labels import LABEL_MAPS
 from fl_contract.segmentation import MODEL, SELECTION_METRIC, TEST_CASES, TEST_METRIC, VAL_CASES, min_roi_divisor
-from jobs.spec import Apps, Component, FederationParams, JobKind, ParameterError, param
+from jobs import tracking
+from jobs.spec import Apps, FederationParams, JobKind, ParameterError, param
 from server_app.aggregation import RULES
-
-TB_WRITER_ID = "tb_writer"
-TB_WRITER = "nvflare.app_opt.tracking.tb.tb_writer.TBWriter"
-TB_RECEIVER = "nvflare.app_opt.tracking.tb.tb_receiver.TBAnalyticsReceiver"
-EVENT_TO_FED = "nvflare.app_common.widgets.convert_to_fed_event.ConvertToFedEvent"
 
 CPU_DEMO: dict[str, Any] = {"roi_size": (32, 32, 32), "init_filters": 8, "blocks_down": (1, 1, 1), "blocks_up": (1, 1),
                             "dropout_prob": 0.0, "learning_rate": 1e-2, "val_fraction": 0.2, "test_fraction": 0.2}
@@ -100,12 +94,7 @@ class SegmentationParams(SegResNetParams):
 
 def _apps(p: SegmentationParams) -> Apps:
     model_args = p.model_args()
-    server_extras: tuple[Component, ...] = ()
-    site_extras: tuple[Component, ...] = ()
-    if p.tracking:
-        server_extras = (Component(TB_RECEIVER, {"tb_folder": "tb_events"}, "tb_receiver"),)
-        site_extras = (Component(TB_WRITER, {}, TB_WRITER_ID),
-                       Component(EVENT_TO_FED, {"events_to_convert": [ANALYTIC_EVENT_TYPE]}, "event_to_fed"))
+    server_extras, site_extras = tracking.extras(p.tracking)
     return Apps(
         controller={"num_rounds": p.num_rounds, "model": MODEL, "model_args": model_args,
                     "aggregation": p.aggregation, "trim_fraction": p.trim_fraction, "min_clients": p.min_clients,
@@ -118,7 +107,7 @@ def _apps(p: SegmentationParams) -> Apps:
                    "test_fraction": p.test_fraction, "resample_ras_1mm": p.resample_ras_1mm,
                    "cache_rate": p.cache_rate, "dp_clip_norm": p.dp_clip_norm,
                    "dp_noise_multiplier": p.dp_noise_multiplier,
-                   "analytic_sender_id": TB_WRITER_ID if p.tracking else "", "seed": p.seed},
+                   "analytic_sender_id": tracking.sender_id(p.tracking), "seed": p.seed},
         server_extras=server_extras,
         site_extras=site_extras,
     )
@@ -133,8 +122,8 @@ KIND = JobKind(
     site_task="site_agent.tasks.segmentation.SegmentationTask",
     apps=_apps,
     dataset_keys=("dataset",),
-    site_classes=(TB_WRITER, EVENT_TO_FED),
-    server_classes=(TB_RECEIVER,),
+    site_classes=tracking.SITE_CLASSES,
+    server_classes=tracking.SERVER_CLASSES,
     demo="jobs.segmentation.demo:DEMOS",
     guide="docs/segmentation.md",
 )

@@ -1,0 +1,30 @@
+"""FLARE's TensorBoard streaming, for every job kind with a `tracking` parameter: each site's TBWriter, with the
+ConvertToFedEvent widget, sends the task's metrics to the server's TBAnalyticsReceiver (`tb_events/` in the run
+folder)."""
+
+from __future__ import annotations
+
+from nvflare.apis.analytix import ANALYTIC_EVENT_TYPE
+
+from jobs.spec import Component
+
+TB_WRITER_ID = "tb_writer"
+TB_WRITER = "nvflare.app_opt.tracking.tb.tb_writer.TBWriter"
+TB_RECEIVER = "nvflare.app_opt.tracking.tb.tb_receiver.TBAnalyticsReceiver"
+EVENT_TO_FED = "nvflare.app_common.widgets.convert_to_fed_event.ConvertToFedEvent"
+SITE_CLASSES = (TB_WRITER, EVENT_TO_FED)
+SERVER_CLASSES = (TB_RECEIVER,)
+
+
+def extras(tracking: bool) -> tuple[tuple[Component, ...], tuple[Component, ...]]:
+    """(server components, site components) a job adds for TensorBoard tracking; none when it is off."""
+    if not tracking:
+        return (), ()
+    return ((Component(TB_RECEIVER, {"tb_folder": "tb_events"}, "tb_receiver"),),
+            (Component(TB_WRITER, {}, TB_WRITER_ID),
+             Component(EVENT_TO_FED, {"events_to_convert": [ANALYTIC_EVENT_TYPE]}, "event_to_fed")))
+
+
+def sender_id(tracking: bool) -> str:
+    """The site task's `analytic_sender_id`: the TBWriter's component id, or "" (the task logs nothing)."""
+    return TB_WRITER_ID if tracking else ""
