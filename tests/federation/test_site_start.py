@@ -161,7 +161,9 @@ def test_the_registration_watch_stops_a_client_the_server_refused(running, tmp_p
     elapsed = time.monotonic() - started
 
     assert done.returncode == EXIT_REFUSED, done.stderr
-    assert 10 < elapsed < 30, done.stderr  # the client runs on silently until the registration timeout
+    # another CA: the client runs on silently until the registration timeout; an unknown name (not in the server's
+    # participants list) may be refused by the server sooner
+    assert (10 if kind == "another CA" else 0) < elapsed < 30, done.stderr
     assert BAD_KITS[kind][1] in done.stderr
     client_pid = int(done.stderr.split("stopped the FLARE client (pid ")[1].split(")")[0])
     assert not psutil.pid_exists(client_pid)
