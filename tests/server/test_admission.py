@@ -12,6 +12,7 @@ import os
 import pytest
 from support import ADMIN, provision_demo_federation
 
+from jobs.admin import waiting_reason
 from provisioning.policy import SCHEDULE_INTERVAL_S, SCHEDULE_TRIES
 from server_app.admission import (
     PARTICIPANTS_FILE,
@@ -21,6 +22,7 @@ from server_app.admission import (
     read_participants,
     write_participants,
 )
+from server_app.scheduler import expected_sites
 
 LISTED = Participants("fed", frozenset({"site-1", "site-2"}), frozenset({ADMIN}))
 
@@ -87,3 +89,15 @@ def test_without_a_list_nobody_joins(tmp_path):
     told, logged = refused
     assert "no participants list" in told and "not found" in logged
     assert "every registration is refused" in warnings[0]
+
+
+def test_a_waiting_job_expects_the_sites_its_deploy_map_names_or_every_listed_one():
+    assert expected_sites({"app": ["@ALL"]}, LISTED.sites) == {"site-1", "site-2"}
+    assert expected_sites({"app": ["server", "site-2"], "other": ["site-7"]}, LISTED.sites) == {"site-2", "site-7"}
+
+
+def test_the_follower_reads_the_schedulers_latest_reason():
+    meta = {"schedule_history": ["2026-12-01 10:51:40: connected sites (1) < min_sites (3)",
+                                 "2026-12-01 10:51:45: connected sites (2) < min_sites (3); not connected: site-3"]}
+    assert waiting_reason(meta) == "connected sites (2) < min_sites (3); not connected: site-3"
+    assert waiting_reason({}) == "" and waiting_reason({"schedule_history": ["scheduled"]}) == "scheduled"
