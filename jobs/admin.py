@@ -148,6 +148,7 @@ def _follow(link: Reconnecting, job_id: str, timeout: float, say: Callable[[str]
             say(f"job {job_id}: {status}")
             last_status = status
         wait = waiting_reason(meta) if status in WAITING else ""
+        wait = "" if wait == "scheduled" else wait  # FLARE's entry once it dispatches the job
         if wait and wait != last_wait:
             say(f"job {job_id}: waiting to start: {_with_connected_sites(link, wait)}")
         last_wait = wait
