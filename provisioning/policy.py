@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.registry import kinds
+from site_agent.job_contents import SITE_DEPLOYER_PATH
 from site_agent.policy import SitePolicy
 from site_agent.site_guard import SITE_GUARD_PATH
 
@@ -55,9 +56,24 @@ def site_guard_component() -> dict[str, Any]:
             "args": {"kind_tasks": {name: kind.site_task for name, kind in kinds().items()}}}
 
 
+def site_deployer_component() -> dict[str, Any]:
+    """The site's deployer, which refuses at deploy a job that carries code or contradicts the site
+    (site_agent.job_contents): told each kind's site task and which of its arguments are dataset keys."""
+    return {"id": "app_deployer", "path": SITE_DEPLOYER_PATH,
+            "args": {"kind_tasks": {name: kind.site_task for name, kind in kinds().items()},
+                     "dataset_keys": {name: list(kind.dataset_keys) for name, kind in kinds().items()}}}
+
+
+OPERATOR_COMMANDS = ("check_status", "restart", "shutdown")
+"""Admin commands a provisioned site lets `project_admin` run: see whether it is up, restart or stop its client
+(the demo and the tests stop a loopback federation with `shutdown all`). Nothing is read or configured."""
+
+
 def default_site_policy(accepted_roles: list[str]) -> SitePolicy:
-    """Every registered job kind, the given submitter roles, no remote shell; the other fields at their defaults."""
-    return SitePolicy(allowed_job_kinds=tuple(kinds()), accepted_submitter_roles=tuple(accepted_roles))
+    """Every registered job kind, the given submitter roles, no remote shell, project_admin may check, restart and
+    stop the site's client; the other fields at their defaults."""
+    return SitePolicy(allowed_job_kinds=tuple(kinds()), accepted_submitter_roles=tuple(accepted_roles),
+                      admin_command_roles={command: ("project_admin",) for command in OPERATOR_COMMANDS})
 
 
 # Every right written out: FLARE's "any" for a role would include byoc (custom code in jobs).

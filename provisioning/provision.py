@@ -32,6 +32,7 @@ from provisioning.policy import (
     job_recovery_component,
     job_scheduler,
     site_admission_component,
+    site_deployer_component,
     site_guard_component,
 )
 from server_app.admission import Participants, write_participants
@@ -102,7 +103,8 @@ def _write_json(path: Path, content: dict[str, Any]) -> None:
 
 
 def write_site_policy(kit: Path, accepted_roles: list[str], stream_logs: bool = False) -> None:
-    """Site resources: exact allow-list, site guard, log streaming off unless asked for; the default privacy policy.
+    """Site resources: exact allow-list, site guard and deployer (which refuses at deploy a job that carries code),
+    log streaming off unless asked for; the default privacy policy.
 
     Site logs name local files (our errors say which case is broken), so by default they stay at the site:
     FLARE's job-log and error-log streaming to the server are switched off.
@@ -113,9 +115,10 @@ def write_site_policy(kit: Path, accepted_roles: list[str], stream_logs: bool = 
     resources["allow_log_streaming"] = stream_logs
     resources["components"] = [
         c for c in resources.get("components", [])
-        if c.get("id") != "site_guard" and (stream_logs or not c.get("path", "").endswith(".SiteLogStreamer"))
+        if c.get("id") not in ("site_guard", "app_deployer")
+        and (stream_logs or not c.get("path", "").endswith(".SiteLogStreamer"))
     ]
-    resources["components"].append(site_guard_component())
+    resources["components"] += [site_guard_component(), site_deployer_component()]
     _write_json(kit / "local" / "resources.json", resources)
     _write_json(kit / "local" / "authorization.json", authorization_policy())
     write_policy(kit / "local", default_site_policy(accepted_roles))

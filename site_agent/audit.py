@@ -5,7 +5,8 @@ Events: a job seen at deploy (id, kind, submitter and role, the agent version it
 installed), accepted or refused and why, started (and charged to the ledger) or refused at start, every task
 result that left (task, bytes, sha256 of the
 serialised payload, and for FedKT-CSD the sha256 of the statistics before masking, which the privacy officer
-matches with the reviewed export's `payload_sha256`), the job's end, and every admin command the site refused.
+matches with the reviewed export's `payload_sha256`), the job's end, and every admin command that reached the site
+(allowed or refused, with the admin's name and role).
 
     site-agent audit --kit KIT [--job JOB_ID]
 """
@@ -29,6 +30,7 @@ JOB_REFUSED_AT_START = "job_refused_at_start"
 RESULT_SENT = "result_sent"
 JOB_END = "job_end"
 COMMAND_REFUSED = "command_refused"
+COMMAND_ALLOWED = "command_allowed"
 
 
 class AuditLog:

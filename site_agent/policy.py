@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,21 @@ from fl_contract.job_privacy import DP_STATISTICS, WEIGHTS, SitePrivacy
 
 POLICY_FILE = "site_policy.json"
 
+SHELL_COMMANDS = ("cat", "grep", "head", "ls", "pwd", "tail")
+"""FLARE's remote shell commands (its `shell_commands` category): opted in by `shell_command_roles`."""
+SITE_COMMANDS = ("check_status", "configure_job_log", "configure_site_log", "delete_job", "delete_workspace",
+                 "report_env", "report_resources", "report_version", "reset_errors", "restart", "show_errors",
+                 "show_scopes", "show_stats", "shutdown", "sys_info")
+"""FLARE 2.9's other admin commands that the server forwards to a site (nvflare/private/fed/server/*_cmd*.py):
+each is refused unless `admin_command_roles` names the admin's role for it. The server's own scheduler check
+(`check_resources`) and a job's deployment (`submit_job`, decided by the job rules) are not admin commands."""
+
 
 def _field(default: Any, help: str) -> Any:
-    if isinstance(default, tuple):
+    if isinstance(default, (tuple, dict)):
         frozen = default
-        return field(default_factory=lambda: frozen, metadata={"help": help})
+        return field(default_factory=lambda: frozen.copy() if isinstance(frozen, dict) else frozen,
+                     metadata={"help": help})
     return field(default=default, metadata={"help": help})
 
 
@@ -38,6 +49,9 @@ class SitePolicy:
     shell_command_roles: tuple[str, ...] = _field(
         (), "admin roles that may run FLARE's shell commands (ls, cat, tail, grep, head, pwd) at this site; "
             "empty: nobody, not even 'super'")
+    admin_command_roles: dict[str, tuple[str, ...]] = _field(
+        {}, f"admin roles that may run each other FLARE command that reaches this site, by command "
+            f"({', '.join(SITE_COMMANDS)}); a command not listed is refused for every role, 'super' included")
     min_dp_noise_multiplier: float = _field(
         0.0, "jobs that send weights must clip (dp_clip_norm > 0) and add noise with at least this multiplier; "
              "0: client-side DP not required (such jobs are then recorded with no guarantee)")
@@ -48,14 +62,16 @@ class SitePolicy:
     records_dir: str = _field("", "folder of the privacy ledger and audit log; empty: the kit's local/ folder")
 
     def to_json(self) -> dict[str, Any]:
-        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in dataclasses.fields(self)}
+        return {f.name: _to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     def describe(self) -> str:
         """One line for `site-agent check`."""
         dp = (f"weights need DP noise multiplier >= {self.min_dp_noise_multiplier}" if self.min_dp_noise_multiplier > 0
               else "weights without client-side DP allowed")
+        commands = "; ".join(f"{c}: {', '.join(r) or 'nobody'}" for c, r in sorted(self.admin_command_roles.items()))
         return (f"kinds {', '.join(self.allowed_job_kinds) or 'none'}; submitters {', '.join(self.accepted_submitter_roles)}; "
-                f"shell commands: {', '.join(self.shell_command_roles) or 'nobody'}; {dp}; release epsilon <= "
+                f"shell commands: {', '.join(self.shell_command_roles) or 'nobody'}; other admin commands: "
+                f"{commands or 'none'}; {dp}; release epsilon <= "
                 f"{self.max_release_epsilon}; secure aggregation >= {self.min_secure_aggregation_sites} sites; budget "
                 f"epsilon {self.budget_epsilon}, delta {self.budget_delta}")
 
@@ -83,7 +99,10 @@ def load_policy(local_dir: Path) -> SitePolicy:
     checked = {}
     for name, value in values.items():
         expected = getattr(defaults, name)
-        if isinstance(expected, tuple):
+        if isinstance(expected, dict):
+            value = _command_roles(path, value)
+            ok = True
+        elif isinstance(expected, tuple):
             ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
             value = tuple(value) if ok else value
         elif isinstance(expected, str):
@@ -96,6 +115,28 @@ def load_policy(local_dir: Path) -> SitePolicy:
     return SitePolicy(**checked)
 
 
+def _to_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: list(v) for k, v in value.items()}
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _command_roles(path: Path, value: Any) -> dict[str, tuple[str, ...]]:
+    """`admin_command_roles` checked: FLARE command names (a typo must not silently leave a command open or shut)
+    mapped to lists of role names."""
+    if not isinstance(value, dict) or not all(isinstance(r, list) and all(isinstance(n, str) for n in r)
+                                              for r in value.values()):
+        raise PolicyError(f'{path}: admin_command_roles is {value!r}; expected an object such as '
+                          '{"sys_info": ["project_admin"]} (command -> list of roles)')
+    unknown = sorted(set(value) - set(SITE_COMMANDS))
+    if unknown:
+        shell = [c for c in unknown if c in SHELL_COMMANDS]
+        raise PolicyError(f"{path}: admin_command_roles names {unknown}, which "
+                          + (f"are shell commands (use shell_command_roles for {shell})" if shell else
+                             f"are not FLARE commands that reach a site; they are {list(SITE_COMMANDS)}"))
+    return {command: tuple(roles) for command, roles in value.items()}
+
+
 def _kind_of(value: Any) -> str:
     if isinstance(value, tuple):
         return "a list of names"
@@ -103,9 +144,18 @@ def _kind_of(value: Any) -> str:
 
 
 def write_policy(local_dir: Path, policy: SitePolicy) -> Path:
+    """Write the policy readable by its owner only (it says what the site runs and who may look at it)."""
     path = Path(local_dir) / POLICY_FILE
-    path.write_text(json.dumps(policy.to_json(), indent=2) + "\n")
+    write_private(path, json.dumps(policy.to_json(), indent=2) + "\n")
     return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `path` as mode 0600 whatever the umask (created so, and narrowed if it existed)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
 
 
 @dataclass(frozen=True)
@@ -137,6 +187,16 @@ def shell_refusal(policy: SitePolicy, role: str, command: str) -> str:
     allowed = f"only roles {list(policy.shell_command_roles)}" if policy.shell_command_roles else "no role"
     return (f"this site does not allow remote shell commands: {allowed} may run {command!r} here "
             f"(shell_command_roles in its {POLICY_FILE}); role {role!r} was refused")
+
+
+def command_refusal(policy: SitePolicy, role: str, command: str) -> str:
+    """Why an admin of `role` may not run FLARE command `command` (not a shell command) here, or "" to allow it."""
+    roles = policy.admin_command_roles.get(command, ())
+    if role in roles:
+        return ""
+    allowed = f"only roles {list(roles)}" if roles else "no role"
+    return (f"this site does not allow {command!r} from the federation: {allowed} may run it here "
+            f"(admin_command_roles in its {POLICY_FILE}); role {role!r} was refused")
 
 
 def role_refusal(policy: SitePolicy, role: str) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from site_agent import __version__
+from site_agent.job_contents import SITE_DEPLOYER_PATH
 from site_agent.kit import EXPIRY_WARNING_DAYS, KitError, ServerRefused, SiteKit, exchange_with_server, verify_certificate_chain
 from site_agent.policy import PolicyInForce
 from site_agent.site_config import SiteConfig, SiteConfigError
@@ -105,11 +106,13 @@ def check_policy(kit: SiteKit) -> CheckResult:
         problems.append("allow-list has package prefixes instead of exact classes")
     if not any(c.get("path") == SITE_GUARD_PATH for c in resources.get("components", [])):
         problems.append("site guard is not configured")
+    if not any(c.get("id") == "app_deployer" and c.get("path") == SITE_DEPLOYER_PATH for c in resources.get("components", [])):
+        problems.append("site deployer (app_deployer, which refuses jobs that carry code) is not configured")
     if (kit.root / "local" / "custom").exists():
         problems.append(f"{kit.root / 'local' / 'custom'} exists (FLARE puts it first on the Python path)")
     if problems:
         return CheckResult("site policy", FAIL, f"{path}: " + "; ".join(problems), "re-provision, or remove local/custom")
-    detail = f"allow-list enforced ({len(resources['class_allow_list'])} classes), site guard on"
+    detail = f"allow-list enforced ({len(resources['class_allow_list'])} classes), site guard and deployer on"
     missing = _classes_missing_from(resources["class_allow_list"])
     if missing:
         return CheckResult("site policy", WARN, f"{detail}; jobs using {missing} will be refused",
@@ -156,7 +159,7 @@ def check_data(kit: SiteKit, deep: bool = False, progress: DataProgress | None =
 
 
 def _check_dataset(config: SiteConfig, site_name: str, key: str, deep: bool, progress: DataProgress | None) -> CheckResult:
-    from site_agent.data.inspection import KNOWN_CONTENT, inspect_folder  # torch, MONAI, pydicom: seconds, so not at import
+    from site_agent.data.inspection import KNOWN_CONTENT, SERIES_KIND, inspect_folder  # torch, MONAI, pydicom: seconds
     from site_agent.data.reader import DataError
 
     name = f"data {key}"
@@ -181,6 +184,9 @@ def _check_dataset(config: SiteConfig, site_name: str, key: str, deep: bool, pro
     if found.problems:
         return CheckResult(name, FAIL, f"{detail}; {len(found.problems)} problem(s) listed below",
                            _FIX_DATA + ("" if deep else _READ_ALL), tuple(found.problems))
+    if found.kind == SERIES_KIND:  # read, but jobs read case folders of series, not one series
+        return CheckResult(name, WARN, detail, f"{key!r} points at one series' slices: point it at the folder holding "
+                           "the case folders (CASE/T1GD/*.dcm, docs/site-data.md)")
     return CheckResult(name, OK, detail)
 
 

@@ -6,23 +6,25 @@ before running an admin command (EventType.AUTHORIZE_COMMAND_CHECK), whatever th
 
 - shell commands (FLARE's `shell_commands` category: ls, cat, head, tail, grep, pwd) are refused unless the
   admin's role is in the policy's `shell_command_roles`;
+- every other admin command FLARE forwards to a site (sys_info, report_env, configure_site_log, show_stats, ...,
+  policy.SITE_COMMANDS; and any command this agent does not know) is refused unless `admin_command_roles` names
+  the role for it. Each attempt, allowed or refused, goes to the audit log;
 - deploying a job (`submit_job`, sent by the server) is refused when its submitter's role is not accepted, it was
   built for another `site_agent` version, its declared kind or privacy (fl_contract.job_privacy) is weaker than the
-  policy, or its spend would exceed the site's budget. The refusal reason reaches the admin in the job's status.
+  policy, or its spend would exceed the site's budget. What the job carries (code, classes, dataset keys) is
+  checked next, by the site's deployer (site_agent.job_contents). The refusal reason reaches the admin in the job's
+  status, and never quotes a path of the site.
 
-FLARE hands the guard only the job's meta at deploy time. When the job starts, FLARE asks the same guard, in the
-job's process, about every component it builds (EventType.BEFORE_BUILD_COMPONENT): the site task must be the one
-the declared kind runs here (`kind_tasks`, written by provisioning), send what the declaration says, and take the
-declared parameters, so a meta edited to look safer than the job stops it before the task reads any data. The
-policy and budget are checked again there, and the job's spend is charged to the ledger (site_agent.ledger).
-Every decision goes to the site's audit log. The scheduler's resource check is left alone (the job would wait in
-SUBMITTED forever).
+When the job starts, FLARE asks the same guard, in the job's process, about every component it builds
+(EventType.BEFORE_BUILD_COMPONENT): the site task must be the one the declared kind runs here (`kind_tasks`,
+written by provisioning), send what the declaration says, and take the declared parameters. The policy and budget
+are checked again there, and the job's spend is charged to the ledger (site_agent.ledger). The scheduler's resource
+check is left alone (the job would wait in SUBMITTED forever).
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +37,12 @@ from nvflare.apis.job_def import JobMetaKey
 from nvflare.apis.workspace import Workspace
 from nvflare.security.security import COMMAND_CATEGORIES, CommandCategory
 
-from fl_contract.job_meta import SITE_CLASSES_KEY
-from fl_contract.job_privacy import JOB_KIND_KEY, PARAMETERS, SitePrivacy, release_of
+from fl_contract.job_privacy import JOB_KIND_KEY, SitePrivacy, release_of
 from fl_contract.version import AGENT_VERSION, AGENT_VERSION_KEY
 from site_agent.accounting import job_spend
 from site_agent.audit import (
+    COMMAND_ALLOWED,
     COMMAND_REFUSED,
-    JOB_ACCEPTED,
     JOB_END,
     JOB_REFUSED,
     JOB_REFUSED_AT_START,
@@ -49,10 +50,21 @@ from site_agent.audit import (
     JOB_STARTED,
     AuditLog,
 )
+from site_agent.job_contents import class_path, declaration_refusal
 from site_agent.ledger import Ledger
-from site_agent.policy import PolicyInForce, SitePolicy, job_refusal, privacy_refusal, role_refusal, shell_refusal
+from site_agent.policy import (
+    PolicyInForce,
+    SitePolicy,
+    command_refusal,
+    job_refusal,
+    privacy_refusal,
+    role_refusal,
+    shell_refusal,
+)
 
 DEPLOY_COMMAND = "submit_job"
+SCHEDULER_COMMAND = "check_resources"
+"""The server's scheduler asks every site for resources before it deploys; refusing it would leave jobs waiting."""
 SHELL_COMMANDS = frozenset(c for c, category in COMMAND_CATEGORIES.items() if category == CommandCategory.SHELL_COMMANDS)
 """FLARE's own list of the commands that read a site's files."""
 
@@ -75,42 +87,24 @@ def admission_refusal(role: str, job_meta: dict[str, Any], policy: SitePolicy, i
         return str(exc)
 
 
-def allow_list_refusal(site_name: str, job_meta: dict[str, Any], local_dir: Path) -> str:
-    """A class the job runs here that this site's allow-list (`local/resources.json`) does not admit, named, or ""."""
-    path = local_dir / "resources.json"
-    try:
-        allowed = set(json.loads(path.read_text()).get("class_allow_list", []))
-    except (OSError, ValueError) as exc:
-        return f"{site_name} cannot read its allow-list {path}: {exc}; ask site IT to restore the kit's local/ folder"
-    outside = sorted(set(job_meta.get(SITE_CLASSES_KEY, [])) - allowed)
-    if not outside:
-        return ""
-    return (f"{site_name} refused class {outside[0]}: not in its allow-list ({path})"
-            + (f" (nor {', '.join(outside[1:])})" if outside[1:] else "")
-            + "; the site's kit predates this job kind: re-provision the kit or add the class to the allow-list")
-
-
 def component_refusal(component: dict[str, Any], privacy: SitePrivacy, kind_tasks: dict[str, str]) -> str:
     """Why a component the job builds here contradicts its declaration, or "" when it does not."""
-    path = _component_path(component)
+    path = class_path(component)
     if path not in kind_tasks.values():
         return ""
-    expected = kind_tasks.get(privacy.kind)
-    if expected != path:
-        return f"the job declares kind {privacy.kind!r}, whose site task here is {expected!r}, but runs {path!r}"
+    reason = declaration_refusal(component, privacy, kind_tasks)
+    if reason:
+        return reason
     module, _, name = path.rpartition(".")
     release = release_of(getattr(importlib.import_module(module), name))
     if release != privacy.release:
         return f"the job declares that its site task sends {privacy.release!r}; {path} sends {release!r}"
-    args = component.get("args", {})
-    differ = [f"{n}={args[n]!r} (declared {getattr(privacy, n)!r})" for n in PARAMETERS
-              if n in args and args[n] != getattr(privacy, n)]
-    return f"the site task's arguments differ from the job's declaration: {', '.join(differ)}" if differ else ""
+    return ""
 
 
-def _component_path(component: dict[str, Any]) -> str:
-    """The class a component config names (FLARE accepts `path` or `class_path`)."""
-    return str(component.get("path") or component.get("class_path") or "")
+def site_relative(text: str, kit_root: Path) -> str:
+    """`text` with the site's own folders written relative to its kit: what leaves the site names no local path."""
+    return text.replace(f"{kit_root}/", "").replace(str(kit_root), "the site's kit")
 
 
 def _local_dir(fl_ctx: FLContext) -> Path:
@@ -132,23 +126,30 @@ class SiteGuard(FLComponent):  # type: ignore[misc]  # FLARE ships no type infor
     def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
         if event_type == EventType.AUTHORIZE_COMMAND_CHECK:
             command = fl_ctx.get_prop(FLContextKey.COMMAND_NAME)
-            if command in SHELL_COMMANDS:
-                self._authorize_shell(command, fl_ctx)
-            elif command == DEPLOY_COMMAND:
+            if command == DEPLOY_COMMAND:
                 self._authorize_deploy(fl_ctx)
+            elif command != SCHEDULER_COMMAND:
+                self._authorize_command(str(command), fl_ctx)
         elif event_type == EventType.BEFORE_BUILD_COMPONENT:
             self._check_component(fl_ctx)
         elif event_type == EventType.JOB_COMPLETED:
             AuditLog(_site(fl_ctx).records).record(JOB_END, str(fl_ctx.get_prop(FLContextKey.CURRENT_JOB_ID, "")))
 
-    def _authorize_shell(self, command: str, fl_ctx: FLContext) -> None:
+    def _authorize_command(self, command: str, fl_ctx: FLContext) -> None:
         items = fl_ctx.get_prop(FLContextKey.SECURITY_ITEMS, {}) or {}
         role, user = items.get(FLContextKey.USER_ROLE, ""), items.get(FLContextKey.USER_NAME, "")
         site = _site(fl_ctx)
-        reason = shell_refusal(site.policy, role, command) if site.policy else site.problem
+        if site.policy is None:
+            reason = site.problem
+        else:
+            rule = shell_refusal if command in SHELL_COMMANDS else command_refusal
+            reason = rule(site.policy, role, command)
+        audit = AuditLog(site.records)
         if reason:
-            AuditLog(site.records).record(COMMAND_REFUSED, command=command, user=user, role=role, reason=reason)
+            audit.record(COMMAND_REFUSED, command=command, user=user, role=role, reason=reason)
             self._refuse(fl_ctx, f"refused {command!r} from {user}", reason)
+        else:
+            audit.record(COMMAND_ALLOWED, command=command, user=user, role=role)
 
     def _authorize_deploy(self, fl_ctx: FLContext) -> None:
         items = fl_ctx.get_prop(FLContextKey.SECURITY_ITEMS, {}) or {}
@@ -159,24 +160,18 @@ class SiteGuard(FLComponent):  # type: ignore[misc]  # FLARE ships no type infor
         audit = AuditLog(site.records)
         audit.record(JOB_SEEN, job_id, job_kind=meta.get(JOB_KIND_KEY), submitter=submitter, submitter_role=role,
                      job_agent_version=meta.get(AGENT_VERSION_KEY), agent_version=AGENT_VERSION)
-        spend = None
         if site.policy is None:
             reason = site.problem
         else:
             reason = admission_refusal(role, meta, site.policy) or \
-                allow_list_refusal(fl_ctx.get_identity_name(), meta, _local_dir(fl_ctx))
-            if not reason:
-                spend = job_spend(SitePrivacy.from_meta(meta))
-                reason = Ledger(site.records).refusal(spend, site.policy)
-        if reason:
+                Ledger(site.records).refusal(job_spend(SitePrivacy.from_meta(meta)), site.policy)
+        if reason:  # else the deployer (site_agent.job_contents) checks what the job carries and records the decision
             audit.record(JOB_REFUSED, job_id, reason=reason)
             self._refuse(fl_ctx, f"refused job {job_id}", reason)
-        else:
-            audit.record(JOB_ACCEPTED, job_id, epsilon=spend.epsilon if spend else None, delta=spend.delta if spend else None)
 
     def _check_component(self, fl_ctx: FLContext) -> None:
         component = fl_ctx.get_prop(FLContextKey.COMPONENT_CONFIG)
-        if not isinstance(component, dict) or _component_path(component) not in self.kind_tasks.values():
+        if not isinstance(component, dict) or class_path(component) not in self.kind_tasks.values():
             return  # only the site task reads data and sends results
         meta = fl_ctx.get_prop(FLContextKey.JOB_META) or {}
         job_id = str(meta.get(JobMetaKey.JOB_ID) or fl_ctx.get_prop(FLContextKey.CURRENT_JOB_ID, ""))
@@ -205,7 +200,8 @@ class SiteGuard(FLComponent):  # type: ignore[misc]  # FLARE ships no type infor
     def _refuse(self, fl_ctx: FLContext, what: str, reason: str) -> None:
         self.log_error(fl_ctx, f"{what}: {reason}")
         fl_ctx.set_prop(FLContextKey.AUTHORIZATION_RESULT, False, sticky=False)
-        fl_ctx.set_prop(FLContextKey.AUTHORIZATION_REASON, reason, sticky=False)
+        fl_ctx.set_prop(FLContextKey.AUTHORIZATION_REASON, site_relative(reason, _local_dir(fl_ctx).parent),
+                        sticky=False)
 
 
 SITE_GUARD_PATH = f"{SiteGuard.__module__}.{SiteGuard.__qualname__}"

@@ -1,19 +1,22 @@
-"""The hospital stays in control, on a real provisioned federation: no remote reading of a site whatever the admin's
-role, the site's privacy policy refuses weak jobs and jobs over its budget before they start, and the site keeps
-a privacy ledger and an audit log of what it ran and sent."""
+"""The hospital stays in control, on a real provisioned federation: no code of a job runs at a site and no remote
+reading or configuring of a site whatever the admin's role, tampered jobs are refused at deploy naming what, the
+site's privacy policy refuses weak jobs and jobs over its budget before they start, and the site keeps a privacy
+ledger and an audit log of what it ran and sent."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from support import ADMIN, SUPER_ADMIN
 
-from jobs.admin import submit_and_wait
+from jobs.admin import follow_job, submit_and_wait
 from jobs.common import build_job, export
 from jobs.fedkt_csd.spec import KIND as FEDKT_CSD
 from jobs.fedkt_csd.spec import FedKTCSDParams
@@ -36,6 +39,27 @@ def site_policy(running_federation, site: str, **changes) -> Iterator[None]:
         yield
     finally:
         write_policy(local, before)
+
+
+def _refused_at_deploy(running_federation, outcome, *reasons: str) -> None:
+    """Every site refused the job at deploy, the admin sees each reason, and nothing of the job ran at a site."""
+    assert not outcome.completed
+    refusal = outcome.refusal()
+    for site in running_federation.federation.sites:
+        kit = running_federation.federation.kit(site)
+        assert f"{site}: " in refusal and str(kit) not in refusal, refusal
+        events = AuditLog(kit / "local").entries(outcome.job_id)
+        assert [e["event"] for e in events] == ["job_seen", "job_refused"], events
+        assert all(reason in events[-1]["reason"] for reason in reasons), events[-1]
+        assert not (kit / outcome.job_id).exists()  # nothing of the job was written at the site
+    assert all(reason in refusal for reason in reasons) and "aborted" not in refusal, refusal
+
+
+def _edit_site_config(job_dir: Path, edit) -> None:
+    path = job_dir / "app" / "config" / "config_fed_client.json"
+    config = json.loads(path.read_text())
+    edit(config, config["executors"][0]["executor"]["args"])
+    path.write_text(json.dumps(config))
 
 
 def _submit(running_federation, job_dir: Path, admin: str = ADMIN, download: bool = False):
@@ -77,14 +101,102 @@ def test_a_site_that_opts_in_lets_the_named_role_read(running_federation):
     assert '"shell_command_roles"' in allowed
 
 
+SITE_READERS = ["sys_info client site-1", "report_env site-1", "report_resources client site-1",
+                "report_version client site-1", "show_scopes client site-1", "configure_site_log client site-1 DEBUG",
+                "check_status client site-1"]
+
+
+@pytest.mark.parametrize("admin", [ADMIN, SUPER_ADMIN])
+def test_admin_commands_that_read_or_change_a_site_are_refused_and_audited(running_federation, admin):
+    local = running_federation.federation.kit("site-1") / "local"
+    since = len(AuditLog(local).entries())
+    session = running_federation.session(admin)
+    try:
+        answers = {command.split()[0]: json.dumps(session.do_command(command)) for command in SITE_READERS}
+    finally:
+        session.close()
+
+    role = "project_admin" if admin == ADMIN else "super"
+    opted_in = {"check_status"} if admin == ADMIN else set()  # the provisioned policy's operator commands
+    for command, answer in answers.items():
+        assert str(running_federation.federation.kit("site-1")) not in answer and "free_memory" not in answer
+        if command not in opted_in:  # FLARE's show_scopes table spells a site's error out character by character
+            assert f"this site does not allow '{command}' from the federation" in answer.replace(", ", ""), answer
+    events = [e for e in AuditLog(local).entries()[since:] if e.get("user") == admin]
+    refused = {e["command"] for e in events if e["event"] == "command_refused"}
+    assert refused == set(answers) - opted_in and {e["role"] for e in events} == {role}
+    assert {e["command"] for e in events if e["event"] == "command_allowed"} == opted_in
+
+
+def test_a_site_that_opts_a_role_in_answers_that_command(running_federation):
+    with site_policy(running_federation, "site-2", admin_command_roles={"sys_info": ("project_admin",)}):
+        session = running_federation.session(ADMIN)
+        try:
+            allowed, other = session.do_command("sys_info client site-2"), session.do_command("report_env site-2")
+        finally:
+            session.close()
+
+    assert "does not allow" not in json.dumps(allowed) and "does not allow 'report_env'" in json.dumps(other)
+
+
+def test_no_code_of_a_job_runs_at_a_site_even_from_super(running_federation, fedavg_job_dir, tmp_path):
+    """Every site accepts `super` as a submitter; FLARE would let it past the byoc right and skip the allow-list."""
+    marker = tmp_path / "ran-at-a-site"
+    job_dir = Path(shutil.copytree(fedavg_job_dir, tmp_path / "with-code"))
+    (job_dir / "app" / "custom").mkdir()
+    (job_dir / "app" / "custom" / "marker_task.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('imported')\n"
+        "from nvflare.apis.executor import Executor\n\n\nclass MarkerTask(Executor):\n"
+        "    def execute(self, task_name, shareable, fl_ctx, abort_signal):\n        return shareable\n")
+    (job_dir / "app" / "config" / "hook.py").write_text("print('a script beside the configuration')\n")
+    _edit_site_config(job_dir, lambda config, args: config["executors"][0]["executor"].update(path="marker_task.MarkerTask"))
+
+    with ExitStack() as stack:
+        for site in running_federation.federation.sites:
+            stack.enter_context(site_policy(running_federation, site, accepted_submitter_roles=("project_admin", "super")))
+        outcome = _submit(running_federation, job_dir, admin=SUPER_ADMIN)
+
+    _refused_at_deploy(running_federation, outcome, "carries files other than configuration (config/hook.py, "
+                       "custom/marker_task.py)", "class marker_task.MarkerTask (executors[0].executor)")
+    assert not marker.exists()
+
+
+def test_a_job_edited_to_run_an_unlisted_class_or_read_a_path_is_refused_at_deploy(running_federation, fedavg_job_dir,
+                                                                                   tmp_path):
+    job_dir = Path(shutil.copytree(fedavg_job_dir, tmp_path / "tampered"))
+
+    def tamper(config, args):
+        config["components"].append({"id": "run", "path": "subprocess.Popen", "args": {"args": ["id"]}})
+        args["dataset"] = "../../../etc"
+
+    _edit_site_config(job_dir, tamper)
+    started = time.monotonic()
+    outcome = _submit(running_federation, job_dir)
+
+    _refused_at_deploy(running_federation, outcome, "class subprocess.Popen (components[0])",
+                       "dataset key dataset='../../../etc' is not one this site maps")
+    assert time.monotonic() - started < 30  # at deploy, not at the first round's start
+
+
 def test_a_real_job_runs_downloads_and_leaves_ledger_and_audit_entries(running_federation, fedavg_job_dir):
-    outcome = _submit(running_federation, fedavg_job_dir, download=True)
     session = running_federation.session()
     try:
+        job_id = session.submit_job(str(fedavg_job_dir))
+        site_1 = AuditLog(running_federation.federation.kit("site-1") / "local")
+        deadline = time.monotonic() + 120  # the job runs at site-1: its stats are there to read
+        while not any(e["event"] == "job_started" for e in site_1.entries(job_id)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        stats = [json.dumps(session.do_command(f"{command} {job_id} client site-1"))
+                 for command in ("show_stats", "show_errors")]
+        outcome = follow_job(session, job_id, timeout=300, download=True, progress=None)
         listed = {j["job_id"]: j["status"] for j in session.list_jobs()}
     finally:
         session.close()
 
+    # FLARE renders a site's refusal of these two as "invalid_reply"; the reason is in the site's audit log
+    assert all('{"site-1": "invalid_reply"}' in answer for answer in stats), stats
+    assert {(e["command"], e["user"]) for e in site_1.entries() if e["event"] == "command_refused"} >= \
+        {("show_stats", ADMIN), ("show_errors", ADMIN)}
     assert outcome.completed, outcome.refusal()
     assert listed[outcome.job_id] == "FINISHED:COMPLETED"
     assert (outcome.server_app_dir() / "results.json").is_file()
@@ -130,19 +242,11 @@ def test_a_job_over_the_sites_budget_is_refused_before_it_starts(running_federat
                     if e["job_id"] == outcome.job_id]
 
 
-def test_a_meta_that_claims_more_dp_than_the_job_has_is_stopped_at_start(running_federation, tmp_path):
+def test_a_meta_that_claims_more_dp_than_the_job_has_is_refused_at_deploy(running_federation, tmp_path):
     job_dir = export(build_job(SEGMENTATION, SegmentationParams(num_rounds=1, min_clients=3, dp_clip_norm=1.0,
                                                                 dp_noise_multiplier=2.0, **CPU_DEMO)), tmp_path)
-    config_path = job_dir / "app" / "config" / "config_fed_client.json"
-    config = json.loads(config_path.read_text())
-    config["executors"][0]["executor"]["args"]["dp_noise_multiplier"] = 0.0
-    config_path.write_text(json.dumps(config))
+    _edit_site_config(job_dir, lambda config, args: args.update(dp_noise_multiplier=0.0))
 
     outcome = _submit(running_federation, job_dir)
 
-    assert not outcome.completed
-    [refused] = [e for e in AuditLog(running_federation.federation.kit("site-1") / "local").entries(outcome.job_id)
-                 if e["event"] == "job_refused_at_start"]
-    assert "dp_noise_multiplier=0.0 (declared 2.0)" in refused["reason"]
-    assert not [e for e in AuditLog(running_federation.federation.kit("site-1") / "local").entries(outcome.job_id)
-                if e["event"] == "result_sent"]
+    _refused_at_deploy(running_federation, outcome, "dp_noise_multiplier=0.0 (declared 2.0)")

@@ -1,12 +1,25 @@
-"""The site guard's rules: who may submit, which agent version, what a job declares, what it really runs, shell."""
+"""The site guard's rules: who may submit, which agent version, what a job declares, what it really runs, which
+admin commands reach the site."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from nvflare.apis.fl_constant import AdminCommandNames
 
 from fl_contract.job_privacy import DP_STATISTICS, WEIGHTS, SitePrivacy
-from site_agent.policy import SitePolicy, job_refusal, shell_refusal
-from site_agent.site_guard import SHELL_COMMANDS, admission_refusal, component_refusal
+from site_agent.policy import SHELL_COMMANDS as POLICY_SHELL_COMMANDS
+from site_agent.policy import (
+    SITE_COMMANDS,
+    PolicyError,
+    SitePolicy,
+    command_refusal,
+    job_refusal,
+    load_policy,
+    shell_refusal,
+)
+from site_agent.site_guard import SHELL_COMMANDS, admission_refusal, component_refusal, site_relative
 
 KINDS = ("brats-segmentation", "fedavg-linear", "fedkt-csd")
 POLICY = SitePolicy(allowed_job_kinds=KINDS, min_dp_noise_multiplier=1.0, max_release_epsilon=5.0,
@@ -104,3 +117,38 @@ def test_shell_commands_are_flares_file_readers_and_refused_unless_opted_in():
     opted_in = SitePolicy(shell_command_roles=("lead",))
     assert shell_refusal(opted_in, "lead", "tail") == ""
     assert "only roles ['lead']" in shell_refusal(opted_in, "super", "tail")
+
+
+def test_site_commands_are_flares_and_refused_for_every_role_unless_opted_in():
+    assert set(SITE_COMMANDS) <= {v for k, v in vars(AdminCommandNames).items() if not k.startswith("_")}
+    assert set(POLICY_SHELL_COMMANDS) == SHELL_COMMANDS
+    assert {"report_env", "sys_info", "report_resources", "configure_site_log", "show_stats", "show_errors"} <= \
+        set(SITE_COMMANDS)
+
+    for role in ("super", "project_admin", "lead"):
+        assert "no role may run it here" in command_refusal(SitePolicy(), role, "sys_info")
+    opted_in = SitePolicy(admin_command_roles={"report_env": ("project_admin",)})
+    assert command_refusal(opted_in, "project_admin", "report_env") == ""
+    assert "only roles ['project_admin']" in command_refusal(opted_in, "super", "report_env")
+    assert "no role" in command_refusal(opted_in, "project_admin", "a_command_from_a_newer_flare")
+
+
+@pytest.mark.parametrize("value, expected", [
+    ({"sys_inf": ["lead"]}, "not FLARE commands that reach a site"),
+    ({"cat": ["lead"]}, "use shell_command_roles for ['cat']"),
+    (["sys_info"], "expected an object such as"),
+    ({"sys_info": "lead"}, "expected an object such as"),
+])
+def test_a_misspelt_or_malformed_command_opt_in_invalidates_the_policy(tmp_path, value, expected):
+    (tmp_path / "site_policy.json").write_text(json.dumps({"admin_command_roles": value}))
+
+    with pytest.raises(PolicyError, match="admin_command_roles") as raised:
+        load_policy(tmp_path)
+    assert expected in str(raised.value)
+
+
+def test_what_leaves_the_site_names_no_local_path(tmp_path):
+    kit = tmp_path / "site-1"
+    problem = f"{kit}/local/site_policy.json: not found; every job is refused"
+
+    assert site_relative(problem, kit) == "local/site_policy.json: not found; every job is refused"
