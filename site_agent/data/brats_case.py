@@ -30,7 +30,7 @@ from fl_contract.labels import BRATS_2021, LABEL_MAPS, REGIONS, LabelMap
 from site_agent.data.dicom_series import DicomSeriesReader
 from site_agent.data.nifti import NIFTI_SUFFIXES, NiftiReader
 from site_agent.data.pipeline import SiteCacheDataset, SitePersistentDataset
-from site_agent.data.reader import DataError, Image, ImageReader
+from site_agent.data.reader import DataError, Image, ImageReader, refuse_broken_link
 
 MODALITIES = ("t1", "t1ce", "t2", "flair")
 """Channel order of every stacked case: T1, T1 post-contrast, T2, FLAIR."""
@@ -98,6 +98,8 @@ def discover_case(
         f"or NIfTI files *_{{{','.join(MODALITIES)}}}.nii.gz"
     )
     images: list[Path] = []
+    for modality in MODALITIES:
+        refuse_broken_link(case_dir / dicom_folders[modality], "series folder")
     dicom = any((case_dir / dicom_folders[m]).is_dir() for m in MODALITIES)
     for modality in MODALITIES:
         found = case_dir / dicom_folders[modality] if dicom else _one_file(case_dir, f"_{modality}")
@@ -113,7 +115,10 @@ def discover_case(
 
 def _one_file(case_dir: Path, stem_suffix: str) -> Path | None:
     names = tuple(stem_suffix + s for s in NIFTI_SUFFIXES)
-    found = sorted(p for p in case_dir.iterdir() if p.is_file() and p.name.endswith(names))
+    candidates = sorted(p for p in case_dir.iterdir() if p.name.endswith(names))
+    for path in candidates:
+        refuse_broken_link(path, "NIfTI file")
+    found = [p for p in candidates if p.is_file()]
     if len(found) > 1:
         raise DataError(f"{case_dir}: several *{stem_suffix}.nii[.gz] files: {[p.name for p in found]}; keep exactly one")
     return found[0] if found else None

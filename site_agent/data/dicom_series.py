@@ -143,6 +143,10 @@ def _series_uid(path: Path, ds: Dataset) -> str:
     if not any(tag.group > 0x0002 for tag in ds.keys()):
         raise DataError(f"{path}: holds no DICOM data elements ({path.stat().st_size} bytes): the file is empty or "
                         "truncated, e.g. a copy cut short; copy it again from the PACS")
+    if "PixelData" not in ds:
+        raise DataError(f"{path}: has no SeriesInstanceUID and no pixel data ({path.stat().st_size} bytes): a file cut "
+                        "short (truncated) or not an image slice; copy it again from the PACS, or remove it from the "
+                        "series folder")
     raise DataError(f"{path}: has no SeriesInstanceUID; it is not an image slice, remove it from the series folder")
 
 

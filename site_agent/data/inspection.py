@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import numpy as np
+
 from fl_contract.classes import TRAINING_CLASSES
 from site_agent.data.brats_case import (
     DATALIST_NAME,
@@ -27,6 +29,7 @@ from site_agent.data.brats_case import (
     label_values,
     read_case,
 )
+from site_agent.data.dicom_series import read_dicom_series
 from site_agent.data.isic import GROUND_TRUTH_CSV, IsicImageReader, scan_isic_site
 from site_agent.data.linear_demo import FILE_NAME as LINEAR_FILE
 from site_agent.data.linear_demo import load_linear_site
@@ -68,7 +71,7 @@ class Listing:
 
 @dataclass(frozen=True)
 class Inspection:
-    """What one folder holds (`kind`, `summary`), how many items were read, and every problem found."""
+    """What one folder holds (`kind`, `summary`), how many items read without a problem, and every problem found."""
 
     kind: str
     summary: str
@@ -96,20 +99,30 @@ def inspect_folder(folder: Path, deep: bool = False, progress: Progress | None =
     problems, notes = list(listing.problems), {}
     if not listing.items and not problems:
         problems.append(f"{folder}: holds no usable {listing.kind} cases or images")
+    read_ok = 0
     for done, item in enumerate(chosen, start=1):
         try:
             note = item.read()
         except DataError as err:
             problems.append(str(err))
         else:
+            read_ok += 1
             if note:
                 notes[item.name] = note
         if progress is not None:
             progress(done, len(chosen))
     across, more = listing.conclude(notes) if listing.conclude else (", ".join(dict.fromkeys(notes.values())), [])
-    read = f"all {len(chosen)} read" if len(chosen) > 1 else (f"{Path(chosen[0].name).name} read" if chosen else "")
-    summary = "; ".join(part for part in (listing.summary, read, across) if part)
-    return Inspection(listing.kind, summary, len(chosen), problems + more)
+    summary = "; ".join(part for part in (listing.summary, _what_read(chosen, read_ok), across) if part)
+    return Inspection(listing.kind, summary, read_ok, problems + more)
+
+
+def _what_read(chosen: list[Item], read_ok: int) -> str:
+    """"Site1_000 read", "all 3 read", "2 of 3 read": "read" only for the items that did read."""
+    if not chosen:
+        return ""
+    if len(chosen) == 1:
+        return f"{Path(chosen[0].name).name} {'read' if read_ok else 'did not read'}"
+    return f"all {read_ok} read" if read_ok == len(chosen) else f"{read_ok} of {len(chosen)} read"
 
 
 def _counts(counts: Mapping[str, int], order: tuple[str, ...]) -> str:
@@ -219,10 +232,41 @@ def _load_autoencoder(folder: Path) -> str:
     return f"clip norm R = {loaded.clip_norm:g}"
 
 
+def _holds_dicom_series(folder: Path) -> bool:
+    """DICOM files directly in the folder (the "DICM" mark after the 128-byte preamble of the first few files)."""
+    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))[:5]
+    for path in files:
+        try:
+            with path.open("rb") as stream:
+                if stream.read(132)[128:] == b"DICM":
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def _list_dicom_series(folder: Path) -> Listing:
+    return Listing(SERIES_KIND, "", [Item(str(folder), partial(_read_dicom_series, folder))])
+
+
+def _read_dicom_series(folder: Path) -> str:
+    """Reads the series as a job reads each of a case's series."""
+    image = read_dicom_series(folder)
+    spacing = " x ".join(f"{s:.3g}" for s in _spacing(image.affine))
+    return f"{' x '.join(str(n) for n in image.spatial_shape)} voxels of {spacing} mm"
+
+
+def _spacing(affine: np.ndarray) -> list[float]:
+    return [float(v) for v in np.linalg.norm(np.asarray(affine)[:3, :3], axis=0)]
+
+
+SERIES_KIND = "one DICOM series"
+"""The kind of a folder holding slices itself: readable, but not a dataset (jobs read case folders of series)."""
 _KINDS: Mapping[str, tuple[Callable[[Path], bool], Callable[[Path], Listing]]] = {
     "isic": (_holds_isic, _list_isic),
     "linear": (_holds_linear, _list_linear),
     "glioma": (_holds_glioma, _list_glioma),
     "autoencoder": (_holds_autoencoder, _list_autoencoder),
+    "dicom series": (_holds_dicom_series, _list_dicom_series),
 }
 """Data kinds by what marks their folders, in the order tried; each with the function that lists its items."""

@@ -31,7 +31,7 @@ from PIL import Image as PILImage
 
 from fl_contract.classes import ISIC_CLASSES, TRAINING_CLASSES
 from site_agent.data.pipeline import SiteDataset
-from site_agent.data.reader import DataError, Image
+from site_agent.data.reader import DataError, Image, os_error, refuse_broken_link
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,9 @@ FLAMBY_CENTERS = ("BCN", "HAM_vidir_molemax", "HAM_vidir_modern", "HAM_rosendahl
 """FLamby's Fed-ISIC2019 centres, in its centre-index order."""
 _FLAMBY_PREFIXES = {"BCN_": 0, "MSK4": 4}
 MAX_IMAGE_PIXELS = 50_000_000
+MIN_IMAGE_SIDE = 16
+"""Photos with a side below this many pixels are refused: nothing of a lesion is left to see, and resizing would
+only invent it (ISIC images are hundreds of pixels a side; the demo writes 24 and up)."""
 """Larger images are refused unread: a 50-megapixel photo already takes 600 MB as float32 RGB."""
 _EXAMPLES_SHOWN = 5
 _DELIMITERS = ",;\t"
@@ -232,23 +235,36 @@ def describe_problems(problems: Sequence[RowProblem], shown: int = _EXAMPLES_SHO
     return examples + (f" and {len(problems) - shown} more" if len(problems) > shown else "")
 
 
+@dataclass(frozen=True)
 class IsicImageReader:
-    """`ImageReader` for dermoscopy photos: (3, H, W) float32 RGB as stored (0-255); the pipeline resizes and scales."""
+    """`ImageReader` for dermoscopy photos: (3, H, W) float32 RGB as stored (0-255); the pipeline resizes and scales.
+    Images with a side under `min_side` pixels are refused."""
+
+    min_side: int = MIN_IMAGE_SIDE
 
     def can_read(self, path: Path) -> bool:
         return Path(path).suffix.lower() in {".jpg", ".jpeg", ".png"}
 
     def read(self, path: Path) -> Image:
-        """Refuses images over `MAX_IMAGE_PIXELS` from their header, before decoding a byte of pixel data."""
+        """Refuses images over `MAX_IMAGE_PIXELS` or under `min_side` from their header, before decoding a byte of
+        pixel data."""
+        refuse_broken_link(Path(path), "image")
         try:
             with PILImage.open(path) as photo:
                 width, height = photo.size
-                too_large = width * height > MAX_IMAGE_PIXELS
-                array = None if too_large else np.asarray(photo.convert("RGB"), dtype=np.float32)
+                wrong_size = width * height > MAX_IMAGE_PIXELS or min(width, height) < self.min_side
+                array = None if wrong_size else np.asarray(photo.convert("RGB"), dtype=np.float32)
         except PILImage.DecompressionBombError as err:  # beyond PIL's own limit, raised on opening
             raise _too_large(path, str(err)) from err
+        except (PermissionError, IsADirectoryError) as err:
+            raise os_error(Path(path), err, "image") from err
         except Exception as err:  # PIL's decoders raise OSError, SyntaxError, ValueError, struct.error, ...
             raise DataError(f"{path}: image does not decode ({err}); replace the file or remove its CSV row") from err
+        if array is None and min(width, height) < self.min_side:
+            raise DataError(
+                f"{path}: image of {width} x {height} pixels, under the {self.min_side} pixels a side the agent reads "
+                "(a thumbnail, an icon or a damaged export); replace it with the full-size photo or remove its CSV row"
+            )
         if array is None:
             raise _too_large(path, f"{width} x {height} = {width * height} pixels")
         return Image(np.ascontiguousarray(array.transpose(2, 0, 1)), np.eye(3), Path(path))
@@ -265,9 +281,9 @@ def _too_large(path: Path, size: str) -> DataError:
 class LoadIsicd(MapTransform):
     """MONAI dictionary transform: the record's image path under "image" -> its (3, H, W) float32 RGB (0-255)."""
 
-    def __init__(self) -> None:
+    def __init__(self, min_side: int = MIN_IMAGE_SIDE) -> None:
         super().__init__(keys="image")
-        self.reader = IsicImageReader()
+        self.reader = IsicImageReader(min_side)
 
     def __call__(self, data: Mapping[Hashable, Any]) -> dict[Hashable, Any]:
         out = dict(data)
@@ -276,7 +292,7 @@ class LoadIsicd(MapTransform):
         return out
 
 
-def isic_transforms(image_size: int, extra: Sequence[Callable[..., Any]] = ()) -> Compose:
+def isic_transforms(image_size: int, extra: Sequence[Callable[..., Any]] = (), min_side: int = MIN_IMAGE_SIDE) -> Compose:
     """Decode, resize to `image_size` x `image_size`, scale 0-255 to [0, 1], plain tensors (no MONAI metadata),
     then the job's own transforms (`extra`).
 
@@ -286,7 +302,7 @@ def isic_transforms(image_size: int, extra: Sequence[Callable[..., Any]] = ()) -
     """
     return Compose(
         [
-            LoadIsicd(),
+            LoadIsicd(min_side),
             Resized("image", spatial_size=(image_size, image_size), mode="area"),
             ScaleIntensityRanged("image", a_min=0.0, a_max=255.0, b_min=0.0, b_max=1.0),
             EnsureTyped(("image", "label"), track_meta=False),
@@ -295,10 +311,10 @@ def isic_transforms(image_size: int, extra: Sequence[Callable[..., Any]] = ()) -
     )
 
 
-def isic_dataset(records: Sequence[IsicRecord], image_size: int) -> SiteDataset:
+def isic_dataset(records: Sequence[IsicRecord], image_size: int, min_side: int = MIN_IMAGE_SIDE) -> SiteDataset:
     """A MONAI dataset of {"image": (3, S, S) float32 in [0, 1], "label": int64} dicts, decoded on access so that
     large sites need not fit in memory; an image that does not decode raises the `DataError` naming it."""
-    return SiteDataset([record.record() for record in records], isic_transforms(image_size))
+    return SiteDataset([record.record() for record in records], isic_transforms(image_size, min_side=min_side))
 
 
 def flamby_center(lesion_id: str | None, ham_source: str | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ def read_nifti(path: Path) -> Image:
     refuse_broken_link(path, "NIfTI file")
     if not path.is_file():
         raise DataError(f"{path}: file not found; check the case folder and the file naming")
+    if not os.access(path, os.R_OK):  # nibabel reports it as "could not read file", like a damaged one
+        raise os_error(path, PermissionError(errno.EACCES, "permission denied"), "NIfTI file")
     try:
         img = nib.load(path)
         if not isinstance(img, nib.Nifti1Image):  # Nifti2Image is one too

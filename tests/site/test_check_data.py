@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import nibabel as nib
 import numpy as np
 import pytest
 from data.malformed import claim_size, poison_voxel, set_label_voxel, write_raw_header
@@ -122,6 +123,34 @@ def _corrupt_slice(site: Path) -> Path:
     return path
 
 
+def _truncated_slice(site: Path) -> Path:
+    path = site / "Site1_001" / "T1" / "IM0003.dcm"
+    path.write_bytes(path.read_bytes()[:200])  # preamble, DICM and part of the file meta: a copy cut short
+    return path
+
+
+def _looping_modality(site: Path) -> Path:
+    path = site / "Site1_001" / "Site1_001_t2.nii.gz"
+    path.unlink()
+    path.symlink_to(path.name)
+    return path
+
+
+def _monochrome1_slice(site: Path) -> Path:
+    path = site / "Site1_001" / "T2" / "IM0004.dcm"
+    write_raw_header([path], PhotometricInterpretation="MONOCHROME1")
+    return path
+
+
+def _no_orientation(site: Path) -> Path:
+    path = site / "Site1_001" / "Site1_001_t1.nii.gz"
+    image = nib.load(path)
+    image.set_qform(None, code=0)
+    image.set_sform(None, code=0)
+    nib.save(image, path)
+    return path
+
+
 GLIOMA_DAMAGE = {
     "RescaleSlope not a number": ("dicom", _dicom_header(RescaleSlope="abc"), "RescaleSlope 'abc' is not 1 finite number"),
     "RescaleIntercept not a number": ("dicom", _dicom_header(RescaleIntercept="x"), "RescaleIntercept 'x' is not 1 finite"),
@@ -135,6 +164,9 @@ GLIOMA_DAMAGE = {
     "NaN voxel": ("nifti", _nifti_voxel(np.nan), "values are not finite (1 NaN"),
     "infinite voxel": ("nifti", _nifti_voxel(np.inf), "values are not finite (0 NaN, 1 infinite)"),
     "unknown label value": ("nifti", _unknown_label, "label values [0, 1, 2, 4, 7] fit no known label map"),
+    "truncated slice": ("dicom", _truncated_slice, "the file is empty or truncated"),
+    "MONOCHROME1 slice": ("dicom", _monochrome1_slice, "MONOCHROME1 (inverted greyscale) while 15 of the series' 16"),
+    "NIfTI without orientation": ("nifti", _no_orientation, "qform_code and sform_code are both 0"),
 }
 
 
@@ -152,9 +184,24 @@ def test_a_bad_glioma_case_passes_a_quick_check_and_is_named_by_the_deep_check(t
 
     # Assert
     assert quick.status == "OK" and "Site1_000 read" in quick.detail
-    assert deep.status == "FAIL" and "all 3 read" in deep.detail and "1 problem(s) listed below" in deep.detail
+    assert deep.status == "FAIL" and "1 problem(s) listed below" in deep.detail
+    assert "2 of 3 read" in deep.detail
     [problem] = deep.problems
     assert problem.startswith(str(bad)) and expected in problem
+
+
+def test_a_modality_file_that_is_a_looping_link_is_named(tmp_path):
+    # Prepare
+    site = _brats(tmp_path, "nifti")
+    path = _looping_modality(site)
+
+    # Execute
+    [result] = check_data(_kit(tmp_path, {"brats": site}))
+
+    # Assert
+    assert result.status == "FAIL"
+    assert result.problems == (f"{path}: a symbolic link that loops or points to nothing; replace it with the NIfTI "
+                               "file itself",)
 
 
 def test_a_case_missing_a_series_fails_even_the_quick_check(tmp_path):
@@ -208,7 +255,7 @@ def test_a_bad_image_passes_a_quick_check_and_is_named_by_the_deep_check(tmp_pat
 
     # Assert
     assert quick.status == "OK"
-    assert deep.status == "FAIL" and "all 20 read" in deep.detail
+    assert deep.status == "FAIL" and "19 of 20 read" in deep.detail
     [problem] = deep.problems
     assert problem.startswith(str(bad)) and expected in problem
 
@@ -321,3 +368,41 @@ def test_the_deep_check_reports_progress_per_key_and_lists_every_problem_under_t
                                  "\rdata isic [##############################] 20/20\n")
     assert "data isic: 2 problem(s):\n" in table
     assert f"  {images[1]}: image does not decode" in table and f"  {images[2]}: image does not decode" in table
+
+
+def test_read_is_said_only_of_what_read(tmp_path):
+    # Prepare: the first case, the one a quick check reads, has an unreadable slice
+    site = _brats(tmp_path)
+    (site / "Site1_000" / "T1" / "IM0003.dcm").write_bytes(b"not DICOM at all")
+
+    # Execute
+    [quick] = check_data(_kit(tmp_path, {"brats": site}))
+
+    # Assert
+    assert quick.status == "FAIL" and "Site1_000 did not read" in quick.detail and "Site1_000 read" not in quick.detail
+
+
+def test_a_series_folder_given_directly_is_read_and_warned(tmp_path):
+    # Prepare
+    series = _brats(tmp_path) / "Site1_000" / "T1GD"
+
+    # Execute
+    [result] = check_data(_kit(tmp_path, {"brats": series}))
+
+    # Assert
+    assert result.status == "WARN"
+    assert result.detail == f"{series}: one DICOM series, T1GD read; 16 x 16 x 16 voxels of 1 x 1 x 1 mm"
+    assert "folder holding the case folders" in result.fix
+
+
+def test_a_series_folder_given_directly_that_does_not_read_fails(tmp_path):
+    # Prepare
+    series = _brats(tmp_path) / "Site1_000" / "T1GD"
+    (series / "IM0005.dcm").unlink()
+
+    # Execute
+    [result] = check_data(_kit(tmp_path, {"brats": series}))
+
+    # Assert
+    assert result.status == "FAIL" and "T1GD did not read" in result.detail
+    assert "about 1 missing slice(s) between IM0004.dcm and IM0006.dcm" in result.problems[0]
