@@ -159,8 +159,8 @@ def _previous_handler(server: Any, topic: str, fallback: Callable[[Message], Mes
 class SiteAdmission(FLComponent):
     """At server start-up: registrations and heartbeats of names outside `local/participants.json` are refused.
 
-    Installed at SYSTEM_BOOTSTRAP, a moment after FLARE's server starts listening: a site that registered in that
-    moment is refused at its next heartbeat."""
+    Installed at SYSTEM_BOOTSTRAP, a moment after FLARE's server starts listening: an unlisted site that registered
+    in that moment is put out at its next heartbeat."""
 
     def __init__(self, participants_file: str = PARTICIPANTS_FILE):
         super().__init__()
