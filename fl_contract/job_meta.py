@@ -7,8 +7,3 @@ job's state under that id, so a resumed job finds what its earlier run left at t
 RESUMABLE_KEY = "resumable"
 """True in jobs whose workflow checkpoints every round, so the server may resume them after a restart; a one-shot
 secure aggregation (FedKT-CSD) cannot resume: its keys and masks died with the run."""
-
-SITE_CLASSES_KEY = "site_classes"
-"""The classes a job instantiates at a site, by import path: a site's guard refuses at deploy, naming the class, a
-job its allow-list would refuse at start (FLARE itself would end it ABNORMAL with the reason only in the site's
-log). FLARE's allow-list still decides at start; this only says why early."""

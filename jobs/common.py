@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from nvflare.job_config.api import FedJob
 
-from fl_contract.job_meta import RESUMABLE_KEY, SITE_CLASSES_KEY
+from fl_contract.job_meta import RESUMABLE_KEY
 from fl_contract.job_privacy import SitePrivacy, release_of
 from fl_contract.version import AGENT_VERSION, AGENT_VERSION_KEY
 from jobs.registry import server_allow_list, site_allow_list
@@ -20,12 +20,11 @@ DEAD_SITE_CHECK_LEAD_S = 10.0
 """FLARE checks for dead sites only this long after a task was sent (its default, 30 s, hides a fast death)."""
 
 
-def new_job(name: str, min_clients: int, privacy: SitePrivacy, site_classes: list[str], resumable: bool = False) -> FedJob:
+def new_job(name: str, min_clients: int, privacy: SitePrivacy, resumable: bool = False) -> FedJob:
     """A FedJob whose components are referenced by import path from the installed packages (no `custom/`); its meta
-    records the agent version, what the job declares to sites and the classes it runs there (sites decide from the
-    meta before it starts), and whether the server may resume it after a restart."""
-    meta = {AGENT_VERSION_KEY: AGENT_VERSION, RESUMABLE_KEY: resumable, SITE_CLASSES_KEY: sorted(site_classes),
-            **privacy.meta()}
+    records the agent version, what the job declares to sites (sites decide from the meta and the configuration
+    at deploy, before it starts), and whether the server may resume it after a restart."""
+    meta = {AGENT_VERSION_KEY: AGENT_VERSION, RESUMABLE_KEY: resumable, **privacy.meta()}
     job = FedJob(name=name, min_clients=min_clients, meta_props=meta)
     job.set_app_packages(APP_PACKAGES)
     return job
@@ -39,8 +38,7 @@ def build_job(kind: JobKind[Any], params: JobParams | None = None) -> FedJob:
     apps = kind.apps(params)
     site_task = kind.site_task_component(params).instantiate()
     privacy = SitePrivacy.declare(kind.name, release_of(type(site_task)), dataclasses.asdict(params))
-    site_classes = [kind.site_task, *(extra.path for extra in apps.site_extras)]
-    job = new_job(kind.name_for(params), int(getattr(params, "min_clients", 1)), privacy, site_classes, kind.resumable)
+    job = new_job(kind.name_for(params), int(getattr(params, "min_clients", 1)), privacy, kind.resumable)
     if isinstance(params, FederationParams):  # FLARE's own dead-client handling, as job configuration variables
         job.to_server({"dead_client_grace_period": params.dead_site_grace_s,
                        "dead_client_check_lead_time": DEAD_SITE_CHECK_LEAD_S})
