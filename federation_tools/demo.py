@@ -66,7 +66,8 @@ def run_demo(workspace: Path, job_names: list[str], port: int | None = None) -> 
         print(format_table(results))
         if any(r.status == FAIL for r in results):
             return 1
-    server_models = {k: v for job in jobs if job.server_models for k, v in job.server_models(workspace / "data").items()}
+    server_models = {k: v for job in jobs if job.server_models
+                     for k, v in job.server_models(workspace / "data").items()}
     if server_models:
         print(f"federation lead: wrote {write_server_config(federation.kit(federation.server), server_models)}")
 

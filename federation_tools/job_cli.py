@@ -1,6 +1,7 @@
 """`fl-job`: build a job folder for the FLARE console, submit it through the FLARE API, or try it in the simulator.
 
-    fl-job export fedavg-linear --out jobs-out/ [--num-rounds 5 ...]      then in the console: submit_job jobs-out/fedavg-linear
+    fl-job export fedavg-linear --out jobs-out/ [--num-rounds 5 ...]      then, in the console:
+                                                                          submit_job jobs-out/fedavg-linear
     fl-job submit fedavg-linear --admin-kit KIT [--num-rounds 5 ...]      waits, shows progress, downloads the result
     fl-job simulate fedavg-linear --workspace WS --data linear=/data/{site_name}/linear --sites site-1,site-2,site-3
 """
@@ -112,7 +113,8 @@ def _list(_: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fl-job", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="list the job kinds").set_defaults(func=_list)
     docs = commands.add_parser("docs", help="write the parameter tables of every job kind (docs/job-parameters.md)")
@@ -121,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, func, help_text in (("export", _export, "write a job folder for the FLARE console"),
                                   ("submit", _submit, "submit through the FLARE API and wait"),
                                   ("simulate", _simulate, "run in FLARE's simulator")):
-        subcommands = commands.add_parser(name, help=help_text).add_subparsers(dest="kind", required=True, metavar="KIND")
+        subcommands = commands.add_parser(name, help=help_text).add_subparsers(dest="kind", required=True,
+                                                                               metavar="KIND")
         for kind in kinds().values():
             command = subcommands.add_parser(kind.name, help=kind.summary, description=kind.summary)
             _add_command_options(name, command)

@@ -61,11 +61,13 @@ class LoopbackFederation:
         if name in self.participants and self.participants[name].process.poll() is None:
             raise RuntimeError(f"{name} is already running (pid {self.participants[name].process.pid})")
         log_path = kit / "process.log"
-        log = log_path.open("ab")
-        command = [self.python, "-u", "-m", module, "-m", str(kit), "-s", config,
-                   "--set", "secure_train=true", f"org={_org_of(self.federation, name)}", "config_folder=config", *extra]
+        log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")  # names local files
+        command = [self.python, "-u", "-m", module, "-m", str(kit), "-s", config, "--set", "secure_train=true",
+                   f"org={_org_of(self.federation, name)}", "config_folder=config", *extra]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        process = subprocess.Popen(command, cwd=kit, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        # umask 077: the job workspaces, logs, storage and checkpoints FLARE writes are the owner's only
+        process = subprocess.Popen(command, cwd=kit, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                   env=env, umask=0o077)
         log.close()
         participant = Participant(name, kit, process, log_path)
         self.participants[name] = participant
@@ -107,8 +109,8 @@ class LoopbackFederation:
                 time.sleep(1.0)
         finally:
             session.close()
-        raise TimeoutError(f"sites {sorted(set(sites) - connected)} did not register with the server within {timeout:.0f} s; "
-                           "see process.log in their kits and run `site-agent check --kit KIT`")
+        raise TimeoutError(f"sites {sorted(set(sites) - connected)} did not register with the server within "
+                           f"{timeout:.0f} s; see process.log in their kits and run `site-agent check --kit KIT`")
 
     def _raise_if_exited(self) -> None:
         for p in self.participants.values():
