@@ -2,11 +2,11 @@
 region, both empty-region conventions for the legacy ones (fl_contract.segmentation), one row per case kept at the
 site and per-site means sent.
 
-Dice and HD95 are MONAI's (`DiceMetric`, `HausdorffDistanceMetric(percentile=95)`, distances in mm from the
-case's voxel spacing). MONAI gives NaN for empty regions (its convention, sent as `*_ignore_empty`); the BraTS
-values replace those NaNs by the challenge's rules. Lesion-wise scores (`lesion_wise`) follow the BraTS 2023
-evaluator's definition on scipy's connected components and MONAI's distances: the evaluator itself
-(`brats-evaluation` on `panoptica`) needs numpy < 2.3.
+Dice is MONAI's (`DiceMetric`). HD95 (mm, from the case's voxel spacing) is computed as the BraTS 2023 evaluator
+computes it, legacy and per lesion: DeepMind's surface distances (`surface_distance`, the module the evaluator
+vendors), where each surface element counts by its area, not each surface voxel once. Empty regions follow the
+BraTS rules or MONAI's NaN convention (sent as `*_ignore_empty`). Lesion-wise scores (`lesion_wise`) follow the
+BraTS 2023 evaluator's definition on scipy's connected components.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import math
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +22,9 @@ import numpy as np
 import torch
 from monai.data import DataLoader, decollate_batch
 from monai.data.utils import affine_to_spacing
-from monai.metrics import DiceMetric, HausdorffDistanceMetric, compute_hausdorff_distance
+from monai.metrics import DiceMetric
 from scipy import ndimage
+from surface_distance import lookup_tables
 from torch import nn
 
 from fl_contract.labels import REGIONS, LabelMap
@@ -84,12 +84,50 @@ def _dilate(mask: np.ndarray, voxels: int) -> np.ndarray:
     return ndimage.binary_dilation(mask, structure=_DILATION_18, iterations=voxels) if voxels else mask
 
 
-def _hd95(predicted: np.ndarray, reference: np.ndarray, spacing: Sequence[float]) -> float:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        hd = compute_hausdorff_distance(torch.from_numpy(predicted)[None, None], torch.from_numpy(reference)[None, None],
-                                        include_background=True, percentile=95, spacing=[float(s) for s in spacing])
-    value = float(hd[0, 0])
+def hd95_mm(predicted: np.ndarray, reference: np.ndarray, spacing: Sequence[float]) -> float:
+    """The 95th-percentile Hausdorff distance in mm between two boolean masks, as the BraTS 2023 evaluator computes
+    it with DeepMind's `surface_distance`: the larger of the two directed 95th percentiles of the distances from each
+    surface element of one mask to the other's surface, each element weighted by its area (so a thin spur counts by
+    its surface, not by its voxels). Infinite if either mask is empty.
+
+    DeepMind's definition on its surface-element areas (`surface_distance.lookup_tables`), computed here with
+    current numpy/scipy: the package's own functions fail on an empty mask under numpy 2 (`np.Inf`) and import
+    `scipy.ndimage.filters`, which SciPy 2.0 removes. The tests compare both on constructed cases.
+    """
+    reference, predicted = np.asarray(reference, dtype=bool), np.asarray(predicted, dtype=bool)
+    if not reference.any() or not predicted.any():
+        return math.inf
+    spacing = [float(s) for s in spacing]
+    ref_codes, pred_codes = _neighbour_codes(reference, predicted)
+    areas = np.asarray(lookup_tables.create_table_neighbour_code_to_surface_area(spacing))
+    ref_border, pred_border = (ref_codes != 0) & (ref_codes != 255), (pred_codes != 0) & (pred_codes != 255)
+    to_reference = ndimage.distance_transform_edt(~ref_border, sampling=spacing)[pred_border]
+    to_prediction = ndimage.distance_transform_edt(~pred_border, sampling=spacing)[ref_border]
+    return max(_weighted_percentile(to_prediction, areas[ref_codes[ref_border]], 95.0),
+               _weighted_percentile(to_reference, areas[pred_codes[pred_border]], 95.0))
+
+
+def _neighbour_codes(*masks: np.ndarray) -> list[np.ndarray]:
+    """Each mask's 2x2x2 neighbourhood codes at every voxel corner of the masks' joint bounding box (one voxel of
+    background added on each side): the codes index DeepMind's surface-element area table."""
+    found = np.argwhere(np.logical_or.reduce(masks))
+    lo, hi = found.min(axis=0), found.max(axis=0) + 1
+    window = tuple(slice(a, b) for a, b in zip(lo, hi))
+    kernel = lookup_tables.ENCODE_NEIGHBOURHOOD_3D_KERNEL
+    return [ndimage.correlate(np.pad(m[window], ((0, 1),) * 3).astype(np.uint8), kernel, mode="constant", cval=0)
+            for m in masks]
+
+
+def _weighted_percentile(distances: np.ndarray, areas: np.ndarray, percent: float) -> float:
+    """The smallest distance below which at least `percent` of the surface area lies."""
+    order = np.argsort(distances, kind="stable")
+    cumulative = np.cumsum(areas[order]) / np.sum(areas)
+    index = min(int(np.searchsorted(cumulative, percent / 100.0)), len(order) - 1)
+    return float(distances[order][index])
+
+
+def _lesion_hd95(predicted: np.ndarray, reference: np.ndarray, spacing: Sequence[float]) -> float:
+    value = hd95_mm(predicted, reference, spacing)
     return value if math.isfinite(value) else BRATS_LESION_WORST_HD95_MM
 
 
@@ -100,10 +138,10 @@ def lesion_wise(predicted: np.ndarray, reference: np.ndarray, spacing: Sequence[
 
     Lesions are 26-connected components. Reference lesions whose `dilation_voxels` dilations touch are one lesion
     (so satellites of a tumour are not scored as lesions of their own); each is compared with the union of the
-    predicted lesions that reach into its dilation (Dice against the undilated lesion; a missed lesion scores Dice 0
-    and HD95 374 mm). Reference lesions of at most `min_volume_mm3` are left out; each predicted lesion that touches
-    no reference lesion is a false positive scoring 0 and 374 mm. The score is the mean over the kept reference
-    lesions and the false positives; with neither it is Dice 1, HD95 0.
+    predicted lesions that reach into its dilation (Dice against the undilated lesion, HD95 by `hd95_mm`; a missed
+    lesion scores Dice 0 and HD95 374 mm). Reference lesions of at most `min_volume_mm3` are left out; each
+    predicted lesion that touches no reference lesion is a false positive scoring 0 and 374 mm. The score is the
+    mean over the kept reference lesions and the false positives; with neither it is Dice 1, HD95 0.
     """
     predicted, reference = np.asarray(predicted, dtype=bool), np.asarray(reference, dtype=bool)
     voxel_mm3 = float(np.prod(spacing))
@@ -126,7 +164,7 @@ def lesion_wise(predicted: np.ndarray, reference: np.ndarray, spacing: Sequence[
             continue
         matched = np.isin(components, hits)
         dice.append(2.0 * float((lesion & matched).sum()) / float(lesion.sum() + matched.sum()))
-        hd95.append(_hd95(matched, lesion, spacing))
+        hd95.append(_lesion_hd95(matched, lesion, spacing))
     false_positives = len(set(np.unique(components).tolist()) - touched - {0})
     scored = len(dice) + false_positives
     if not scored:
@@ -141,18 +179,14 @@ def score_case(case_id: str, predicted: torch.Tensor, reference: torch.Tensor, s
     y_pred, y = predicted.float()[None].cpu(), reference.float()[None].cpu()
     dice_brats = DiceMetric(include_background=True, reduction="none", ignore_empty=False)(y_pred, y)[0]
     dice_monai = DiceMetric(include_background=True, reduction="none", ignore_empty=True)(y_pred, y)[0]
-    with warnings.catch_warnings():  # MONAI warns on every empty region; the conventions below say what counts
-        warnings.simplefilter("ignore")
-        hd95 = HausdorffDistanceMetric(include_background=True, percentile=95, reduction="none")(
-            y_pred, y, spacing=[float(s) for s in spacing])[0]
     values: dict[str, float] = {}
     for i, region in enumerate(REGIONS):
         in_reference, in_prediction = int(y[0, i].sum()), int(y_pred[0, i].sum())
-        hd_monai = float(hd95[i])
         if in_reference and in_prediction:
-            hd_brats = hd_monai
+            hd_brats = hd_monai = hd95_mm(y_pred[0, i].bool().numpy(), y[0, i].bool().numpy(), spacing)
         else:
             hd_brats = 0.0 if not (in_reference or in_prediction) else BRATS_WORST_HD95_MM
+            hd_monai = math.nan
         lesions = lesion_wise(y_pred[0, i].bool().numpy(), y[0, i].bool().numpy(), spacing)
         values |= {column(region, DICE): float(dice_brats[i]), column(region, DICE, True): float(dice_monai[i]),
                    column(region, HD95): hd_brats, column(region, HD95, True): hd_monai,

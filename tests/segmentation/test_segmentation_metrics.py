@@ -4,14 +4,24 @@ lesion-wise Dice and HD95 as the BraTS 2023 evaluator defines them."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 import torch
+from monai.metrics import compute_hausdorff_distance
 
 from fl_contract.labels import BRATS_2021, BRATS_2023
 from fl_contract.segmentation import BRATS_LESION_WORST_HD95_MM, BRATS_WORST_HD95_MM, TEST, split_metric_keys
-from site_agent.segmentation.metrics import CaseScore, LesionScore, case_columns, lesion_wise, score_case, site_summary
+from site_agent.segmentation.metrics import (
+    CaseScore,
+    LesionScore,
+    case_columns,
+    hd95_mm,
+    lesion_wise,
+    score_case,
+    site_summary,
+)
 from site_agent.segmentation.predict import label_map_from_regions, regions_from_label_map
 
 
@@ -154,3 +164,130 @@ def test_case_scores_and_site_summary_carry_the_lesion_wise_values():
     assert (values["wt_lesions_found"], values["wt_lesions_missed"], values["wt_false_positive_lesions"]) == (1, 1, 1)
     assert sent["test_lesion_dice_mean"] == pytest.approx((1 / 3 + 1 / 3 + 1) / 3)
     assert sent["test_lesion_hd95_et"] == 0.0
+
+
+def _evaluator_lesion_wise(predicted: np.ndarray, reference: np.ndarray, spacing: tuple[float, float, float],
+                           dilation: int = 3, threshold_mm3: float = 50.0) -> tuple[float, float]:
+    """The BraTS 2023 evaluator's lesion-wise Dice and HD95, step by step as its published procedure runs them
+    (dilate the reference, label, give each reference voxel its dilated group, compare each group with the union of
+    the predicted components inside its dilation, 374 mm for infinite distances and false positives), with DeepMind's
+    `surface_distance` module, which the evaluator vendors: the package's own functions, where the agent computes the
+    same definition with its own code."""
+    import surface_distance  # the test dependency is the reference implementation itself
+    from scipy import ndimage
+
+    struct = ndimage.generate_binary_structure(3, 2)
+    gt_cc, _ = ndimage.label(reference, structure=np.ones((3, 3, 3)))
+    dilated_cc, n_dilated = ndimage.label(ndimage.binary_dilation(reference, struct, iterations=dilation),
+                                          structure=np.ones((3, 3, 3)))
+    combined = np.where(gt_cc > 0, dilated_cc, 0)
+    pred_cc, _ = ndimage.label(predicted, structure=np.ones((3, 3, 3)))
+    rows, true_positives = [], []
+    for comp in range(1, n_dilated + 1):
+        gt_tmp = combined == comp
+        hits = np.unique(pred_cc[ndimage.binary_dilation(gt_tmp, struct, iterations=dilation)])
+        hits = hits[hits != 0]
+        true_positives += hits.tolist()
+        pred_tmp = np.isin(pred_cc, hits) & (pred_cc > 0)
+        dice = 2 * (gt_tmp & pred_tmp).sum() / (gt_tmp.sum() + pred_tmp.sum())
+        if pred_tmp.any():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # its scipy.ndimage.filters import
+                distances = surface_distance.compute_surface_distances(gt_tmp, pred_tmp, spacing)
+            hd = surface_distance.compute_robust_hausdorff(distances, 95)
+        else:  # what the package returns under numpy 1 (under numpy 2 its np.Inf raises)
+            hd = np.inf
+        rows.append((gt_tmp.sum() * np.prod(spacing), dice, 374.0 if np.isinf(hd) else hd))
+    false_positives = len(set(np.unique(pred_cc).tolist()) - set(true_positives) - {0})
+    kept = [(d, h) for volume, d, h in rows if volume > threshold_mm3]
+    n = len(kept) + false_positives
+    if not n:
+        return 1.0, 0.0
+    return sum(d for d, _ in kept) / n, (sum(h for _, h in kept) + 374.0 * false_positives) / n
+
+
+def _spur_case() -> tuple[np.ndarray, np.ndarray]:
+    """Lesion 1: a box the prediction gets right but for a one-voxel-thin spur 9 voxels long; lesion 2: a box the
+    prediction places one slice off; a reference lesion the prediction misses and a predicted one far from all."""
+    shape = (48, 40, 24)
+    reference, predicted = np.zeros(shape, bool), np.zeros(shape, bool)
+    reference[4:12, 4:12, 2:6] = predicted[4:12, 4:12, 2:6] = True
+    predicted[12:21, 7, 3] = True  # the spur
+    reference[28:34, 26:32, 10:13] = True
+    predicted[28:34, 26:32, 11:14] = True
+    reference[40:45, 4:9, 15:19] = True  # missed
+    predicted[20:24, 30:34, 18:21] = True  # false positive
+    return predicted, reference
+
+
+@pytest.mark.filterwarnings("ignore:monai.metrics.utils get_mask_edges")
+def test_hd95_counts_surface_by_area_as_the_evaluator_does_on_spurs_and_anisotropic_spacing():
+    # Prepare
+    predicted, reference = _spur_case()
+    spacing = (1.0, 1.0, 2.5)
+
+    # Execute
+    score = lesion_wise(predicted, reference, spacing)
+
+    # Assert: equal to the evaluator's procedure; and the case tells area weighting from counting surface voxels
+    dice, hd95 = _evaluator_lesion_wise(predicted, reference, spacing)
+    assert score.dice == pytest.approx(dice, abs=1e-9) and score.hd95 == pytest.approx(hd95, abs=0.01)
+    assert (score.found, score.missed, score.false_positives) == (2, 1, 1)
+    lesion, spur = reference.copy(), predicted.copy()
+    lesion[28:, :, :] = spur[20:, :, :] = False  # lesion 1 and its prediction alone
+    by_voxels = float(compute_hausdorff_distance(torch.from_numpy(spur)[None, None], torch.from_numpy(lesion)[None, None],
+                                                 include_background=True, percentile=95, spacing=list(spacing))[0, 0])
+    by_area = hd95_mm(spur, lesion, spacing)
+    assert abs(by_area - by_voxels) > 1.0
+
+
+@pytest.mark.parametrize("spacing", [(1.0, 1.0, 1.0), (0.9, 1.2, 2.5)])
+def test_hd95_of_a_voxel_moved_along_an_axis_is_that_many_spacings(spacing):
+    # Prepare: each mask's 8 corner surface elements, equal in area, lie n-1 or n spacings from the other's
+    reference, predicted = np.zeros((12, 12, 12), bool), np.zeros((12, 12, 12), bool)
+    reference[5, 5, 2] = True
+    predicted[5, 5, 6] = True
+
+    # Execute
+    moved = hd95_mm(predicted, reference, spacing)
+    regions = score_case("c", torch.from_numpy(np.stack([predicted] * 3)), torch.from_numpy(np.stack([reference] * 3)),
+                         spacing).values
+
+    # Assert
+    assert moved == pytest.approx(4 * spacing[2]) and regions["tc_hd95"] == regions["tc_hd95_ignore_empty"] == moved
+
+
+def test_empty_regions_score_by_the_evaluators_rules():
+    # Prepare
+    empty, lesion = np.zeros((20, 20, 20), bool), _boxes((20, 20, 20), (2, 2, 2), side=5)
+
+    # Execute
+    both_empty = lesion_wise(empty, empty, (1.0, 1.0, 1.0))
+    only_predicted = lesion_wise(lesion, empty, (1.0, 1.0, 1.0))
+    only_reference = lesion_wise(empty, lesion, (1.0, 1.0, 1.0))
+
+    # Assert
+    assert (both_empty.dice, both_empty.hd95) == _evaluator_lesion_wise(empty, empty, (1.0, 1.0, 1.0)) == (1.0, 0.0)
+    assert (only_predicted.dice, only_predicted.hd95) == (0.0, BRATS_LESION_WORST_HD95_MM)
+    assert (only_reference.dice, only_reference.hd95) == (0.0, BRATS_LESION_WORST_HD95_MM)
+    assert math.isinf(hd95_mm(empty, lesion, (1.0, 1.0, 1.0)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_hd95_equals_deepminds_surface_distance_on_random_shapes(seed):
+    # Prepare: irregular masks (opened noise) at random anisotropic spacing
+    import surface_distance
+    from scipy import ndimage
+
+    rng = np.random.default_rng(seed)
+    reference, predicted = (ndimage.binary_opening(rng.random((24, 22, 16)) > 0.6) for _ in range(2))
+    spacing = tuple(float(s) for s in rng.uniform(0.5, 3.0, 3))
+
+    # Execute
+    ours = hd95_mm(predicted, reference, spacing)
+
+    # Assert
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        distances = surface_distance.compute_surface_distances(reference, predicted, spacing)
+    assert ours == pytest.approx(surface_distance.compute_robust_hausdorff(distances, 95), abs=0.01)
