@@ -35,7 +35,7 @@ from provisioning.policy import (
     site_deployer_component,
     site_guard_component,
 )
-from server_app.admission import Participants, write_participants
+from server_app.admission import PARTICIPANTS_FILE, Participants, write_participants
 from site_agent.policy import write_policy
 
 TEMPLATE = Path(__file__).with_name("project.yml")
@@ -197,6 +197,15 @@ def provision(project: dict[str, Any], workspace: Path, accepted_roles: list[str
     return federation
 
 
+def running_server_hint(federation: Federation) -> str | None:
+    """After a re-provisioning (kits were made before, so a server may run from one of them): how it admits the
+    new participants without a restart."""
+    if federation.kits_dir.name == "prod_00":
+        return None
+    return (f"a running server admits new participants once {PARTICIPANTS_FILE} is copied from "
+            f"{federation.kit(federation.server) / 'local'} into its kit's local/ (no restart; docs/admin-guide.md)")
+
+
 def _parse_admins(values: list[str] | None) -> dict[str, str] | None:
     if not values:
         return None
@@ -233,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"provisioned {federation.project}: kits in {federation.kits_dir}")
     print(f"  server: {federation.kit(federation.server)}")
+    if hint := running_server_hint(federation):
+        print(f"          {hint}")
     for site in federation.sites:
         print(f"  site:   {federation.kit(site)}  (give it to {site}'s IT with docs/site-it-guide.md)")
     for admin, role in federation.admins.items():

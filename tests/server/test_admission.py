@@ -14,6 +14,7 @@ from support import ADMIN, provision_demo_federation
 
 from jobs.admin import waiting_reason
 from provisioning.policy import SCHEDULE_INTERVAL_S, SCHEDULE_TRIES
+from provisioning.provision import Federation, running_server_hint
 from server_app.admission import (
     PARTICIPANTS_FILE,
     Participants,
@@ -41,6 +42,13 @@ def test_the_server_kit_lists_the_project_and_retries_waiting_jobs_every_few_sec
         "id": "job_scheduler", "path": "server_app.scheduler.NamingJobScheduler",
         "args": {"max_jobs": 4, "min_schedule_interval": SCHEDULE_INTERVAL_S,
                  "max_schedule_interval": SCHEDULE_INTERVAL_S, "max_schedule_count": SCHEDULE_TRIES}}
+
+
+def test_provisioning_again_says_how_a_running_server_admits_the_new_site(tmp_path):
+    kits = tmp_path / "fed"
+    assert running_server_hint(Federation("fed", kits / "prod_00", "localhost", ["site-1"])) is None  # no server yet
+    hint = running_server_hint(Federation("fed", kits / "prod_01", "localhost", ["site-1", "site-9"]))
+    assert hint is not None and f"{PARTICIPANTS_FILE} is copied from {kits / 'prod_01' / 'localhost' / 'local'}" in hint
 
 
 def test_only_listed_names_of_each_kind_may_join():
