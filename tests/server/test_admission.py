@@ -10,11 +10,11 @@ import json
 import os
 
 import pytest
-from support import ADMIN, provision_demo_federation
+from support import ADMIN
 
 from jobs.admin import waiting_reason
 from provisioning.policy import SCHEDULE_INTERVAL_S, SCHEDULE_TRIES
-from provisioning.provision import Federation, running_server_hint
+from provisioning.provision import Federation, customise, load_template, provision, running_server_hint
 from server_app.admission import (
     PARTICIPANTS_FILE,
     Participants,
@@ -29,7 +29,7 @@ LISTED = Participants("fed", frozenset({"site-1", "site-2"}), frozenset({ADMIN})
 
 
 def test_the_server_kit_lists_the_project_and_retries_waiting_jobs_every_few_seconds(tmp_path):
-    federation = provision_demo_federation(tmp_path, sites=["site-1", "site-2"])
+    federation = provision(customise(load_template(None), sites=["site-1", "site-2"], admins={ADMIN: "lead"}), tmp_path)
     local = federation.kit(federation.server) / "local"
     resources = json.loads((local / "resources.json").read_text())
     components = {c["id"]: c for c in resources["components"]}
