@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel
-from nvflare.app_common.workflows.model_controller import ModelController
 
 from fl_contract.device import select_device
 from fl_contract.fedkt import MIN_SITES, Adjacency, Method, protocol
@@ -33,6 +32,7 @@ from server_app.privacy.dp_calibration import NoiseCalibration, calibrate_noise
 from server_app.privacy.secure_aggregation import Revealed, SecureAggregation
 from server_app.results import RunRecorder
 from server_app.server_config import CONFIG_FILE, ServerConfig
+from server_app.site_watch import SiteAwareController
 
 
 class JobStopped(RuntimeError):
@@ -43,7 +43,7 @@ class JobAborted(JobStopped):
     """The admin aborted the job."""
 
 
-class FedKTCSDController(ModelController):
+class FedKTCSDController(SiteAwareController):
     """`samples_per_class` 0 draws each released class's pooled noisy count, whatever the number of sites.
 
     `noise_seed` None draws the DP noise seed from the operating system (production); a fixed seed is for tests
@@ -55,7 +55,7 @@ class FedKTCSDController(ModelController):
                  samples_per_class: int, min_clients: int, min_count: float,
                  noise_seed: int | None, evaluate: bool, classifier_epochs: int, classifier_min_steps: int,
                  seed: int):
-        super().__init__(persistor_id="", ignore_result_error=True)  # a failed site is handled here, by name
+        super().__init__(ignore_result_error=True)  # a failed site is handled here, by name
         if min_clients < MIN_SITES:
             raise ValueError(f"min_clients must be at least {MIN_SITES} for secure aggregation, got {min_clients}")
         # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
@@ -142,9 +142,14 @@ class FedKTCSDController(ModelController):
     def _send(self, task: str, data: FLModel, targets: list[str] | None) -> dict[str, FLModel]:
         """Results by site name; a failed site is simply absent (the caller decides what that means)."""
         results = self.send_model_and_wait(task_name=task, data=data, targets=targets)
+        answered = {r.meta["client_name"]: r for r in results}
+        if self.abort_signal.triggered and self.stopped_by_flare:
+            outcomes = {**{site: "answered" for site in answered}, **self.quiet_site_outcomes(set(answered))}
+            raise JobStopped(self.flare_stop_message(f"the {task} task", dict(sorted(outcomes.items())),
+                                                     self.min_clients) + "; nothing was released")
         if self.abort_signal.triggered:
             raise JobAborted(f"aborted during the {task} task; nothing was released")
-        return {r.meta["client_name"]: r for r in results}
+        return answered
 
     def _calibrate(self, clip_norm: float) -> NoiseCalibration:
         try:

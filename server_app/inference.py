@@ -15,7 +15,6 @@ from typing import Any, cast
 import numpy as np
 import torch
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
-from nvflare.app_common.workflows.model_controller import ModelController
 
 from fl_contract.models import build_model, load_numpy_params
 from fl_contract.segmentation import INFERENCE_TASK
@@ -23,15 +22,16 @@ from server_app.aggregation import missing_sites, scalar_metrics, site_name
 from server_app.results import RunRecorder
 from server_app.selection import Params
 from server_app.server_config import CONFIG_FILE, ServerConfig
+from server_app.site_watch import SiteAwareController
 
 
-class InferenceController(ModelController):
+class InferenceController(SiteAwareController):
     """Loads `<models[model_key]>/<model_file>`, checks it fits `model` with `model_args`, sends it in one `infer`
     task and records each site's counts and timings in results.json."""
 
     def __init__(self, *, model_key: str, model_file: str, model: str, model_args: dict[str, Any] | None,
                  min_clients: int, late_site_wait_s: int = 600):
-        super().__init__(persistor_id="")
+        super().__init__()
         # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
         self.model_key = model_key
         self.model_file = model_file
@@ -58,8 +58,13 @@ class InferenceController(ModelController):
                                                            wait_time_after_min_received=self.late_site_wait_s))
         sites = {site_name(r): scalar_metrics(r) for r in sorted(results, key=site_name)}
         recorder.record["sites"] = sites
-        recorder.record["no_result"] = missing_sites([c.name for c in self.engine.get_clients()], sites)
-        if self.abort_signal.triggered:
+        recorder.record["no_result"] = missing_sites(self.site_names(), sites)
+        quiet = self.quiet_site_outcomes(set(sites))
+        if quiet:
+            recorder.record["outcomes"] = quiet
+        if self.abort_signal.triggered and self.stopped_by_flare:
+            recorder.finish("failed", error=self.flare_stop_message("inference", quiet, self.min_clients))
+        elif self.abort_signal.triggered:
             recorder.finish("aborted", error="aborted during inference")
         elif len(sites) < self.min_clients:
             recorder.finish("failed", error=f"{len(sites)} sites answered, the job needs {self.min_clients}")

@@ -12,35 +12,26 @@ updates remain, records every site's outcome, aggregates, and checkpoints the co
 - `before_rounds` (a fresh run's first step, e.g. a split chosen before training) and `finish_run` (final tasks).
 
 Every stop names each site's outcome. When FLARE itself ends the run (fewer live sites than the job's
-`min_clients`: FLARE aborts it exactly as an admin's `abort_job` would), the workflow tells the two apart (FLARE
-fires its fatal-error event first) and records "failed" with each site and what happened to it: the reasons the
-server's main process heard (`server_app.site_events`: a job process that failed and how, a client that stopped
-answering, a client that came back) and which sites FLARE deems disconnected.
+`min_clients`: FLARE aborts it exactly as an admin's `abort_job` would), the workflow tells the two apart
+(`server_app.site_watch`) and records "failed" with each site and what the server heard about it.
 """
 
 from __future__ import annotations
 
-import time
 from abc import abstractmethod
 from pathlib import Path
 from typing import Any
 
 import torch
-from nvflare.apis.event_type import EventType
-from nvflare.apis.fl_constant import FLContextKey
-from nvflare.apis.fl_context import FLContext
 from nvflare.app_common.abstract.fl_model import FLModel
-from nvflare.app_common.workflows.model_controller import ModelController
 
 from server_app.aggregation import Params, RoundIntake, UpdateCheck, site_outcomes, take_updates
 from server_app.checkpoint import Resumed, ResumeRefused, RunCheckpoint, workflow_checkpoint
 from server_app.results import RunRecorder
-from server_app.site_events import describe, last_event_by_site
-
-NO_ANSWER = "no answer (the site's client or job process stopped, or it was too late)"
+from server_app.site_watch import SiteAwareController, in_words
 
 
-class RoundWorkflow(ModelController):
+class RoundWorkflow(SiteAwareController):
     """A ModelController whose `run` is the shared round loop; subclasses set `num_rounds`, `min_clients` and
     `seed` in their constructor and implement the hooks."""
 
@@ -48,16 +39,10 @@ class RoundWorkflow(ModelController):
     min_clients: int
     seed: int
 
-    def __init__(self) -> None:
-        super().__init__(persistor_id="")
-        self._flare_stop_reason = ""
-        self._started_at = 0.0
-
     # --- the loop -------------------------------------------------------------------------------------------------
 
     def run(self) -> None:
         torch.manual_seed(self.seed)
-        self._started_at = time.time()
         self.setup()
         summary = self.job_summary()
         self.recorder = RunRecorder(Path(self.get_app_dir()), summary)
@@ -82,7 +67,7 @@ class RoundWorkflow(ModelController):
             entry: dict[str, Any] = {"round": round_index + 1, **intake.record(), "outcomes": self.outcomes(intake)}
             if len(intake.updates) < self.min_clients:
                 return self.fail(f"round {round_index + 1}: only {len(intake.updates)} valid updates, the job needs "
-                                 f"{self.min_clients}; {_in_words(entry['outcomes'])}", failed_round=entry)
+                                 f"{self.min_clients}; {in_words(entry['outcomes'])}", failed_round=entry)
             self.aggregate(round_index, intake, entry)
             self.recorder.add_round(entry)
             state, params = self.checkpoint_state()
@@ -135,9 +120,6 @@ class RoundWorkflow(ModelController):
 
     # --- shared parts ---------------------------------------------------------------------------------------------
 
-    def site_names(self) -> list[str]:
-        return [client.name for client in self.engine.get_clients()]
-
     def outcomes(self, intake: RoundIntake) -> dict[str, str]:
         """Each site's outcome this round; a silent site's says what the server heard about it."""
         outcomes = site_outcomes(intake, self.failed_sites())
@@ -147,44 +129,19 @@ class RoundWorkflow(ModelController):
                 outcomes[site] = f"no answer: {heard[site]}"
         return outcomes
 
-    def site_reasons(self) -> dict[str, str]:
-        """What the server knows of each site that went quiet during this job: the main process's events, else
-        FLARE's own verdict that it is disconnected."""
-        reasons = {site: describe(event)
-                   for site, event in last_event_by_site(Path(self.get_app_dir()).parent, self._started_at).items()}
-        for site in self.site_names():
-            gone_since = self.communicator.get_client_disconnect_time(site)
-            if gone_since and site not in reasons:
-                reasons[site] = f"FLARE deems it disconnected since {time.ctime(gone_since)}"
-        return reasons
-
-    def failed_sites(self) -> set[str]:
-        """Sites whose task returned an error this round. FLARE's ModelController keeps them for its own error
-        tolerance and offers no public accessor, so this is the one place that reads its attribute."""
-        return set(getattr(self, "_current_failed_clients", set()))
-
-    def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
-        """Remember why FLARE ends the run (its fatal-error event precedes the abort), to tell it from an admin's."""
-        if event_type == EventType.FATAL_SYSTEM_ERROR and not self._flare_stop_reason:
-            self._flare_stop_reason = str(fl_ctx.get_prop(FLContextKey.EVENT_DATA, "") or "fatal error")
-        super().handle_event(event_type, fl_ctx)
-
     def stopped(self, where: str, results: list[FLModel] | None = None, round_index: int | None = None) -> None:
         """The run was aborted during `where`: by the admin ("aborted"), or by FLARE for too few live sites
         ("failed", naming each site's outcome and the round that could not complete)."""
-        if not self._flare_stop_reason:
+        if not self.stopped_by_flare:
             return self.stop("aborted", f"aborted during {where}")
-        intake = take_updates(results or [], self.site_names(), lambda update, meta: None)
-        outcomes = self.outcomes(intake)
-        for site, reason in self.site_reasons().items():
-            if outcomes.get(site) != "update accepted":
-                outcomes[site] = f"no answer: {reason}"
+        answered = {u.site for u in take_updates(results or [], self.site_names(), lambda u, m: None).updates}
+        outcomes = dict(sorted({**{site: "update accepted" for site in answered},
+                                **self.quiet_site_outcomes(answered)}.items()))
         if round_index is None:
             extra: dict[str, Any] = {"outcomes": outcomes}
         else:
             extra = {"failed_round": {"round": round_index + 1, "outcomes": outcomes}}
-        self.stop("failed", f"FLARE ended the run during {where} ({self._flare_stop_reason}): the job needs "
-                            f"{self.min_clients} sites; {_in_words(outcomes)}", **extra)
+        self.stop("failed", self.flare_stop_message(where, outcomes, self.min_clients), **extra)
 
     def stop(self, status: str, reason: str, **extra: Any) -> None:
         """End early with the completed rounds and the last model kept; the checkpoint stays for a resume."""
@@ -196,7 +153,3 @@ class RoundWorkflow(ModelController):
         """Stop as "failed" with the reason, and make FLARE end the job with it."""
         self.stop("failed", reason, **extra)
         self.panic(reason)
-
-
-def _in_words(outcomes: dict[str, str]) -> str:
-    return "; ".join(f"{site}: {outcome}" for site, outcome in outcomes.items())

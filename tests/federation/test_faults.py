@@ -103,9 +103,12 @@ def _submit(session: Session, job_dir: Path) -> str:
     return str(session.submit_job(str(job_dir)))
 
 
-def test_abort_stops_within_a_round_and_keeps_the_completed_rounds(fault_federation, tmp_path):
+def test_abort_stops_within_a_round_and_a_new_submission_never_resumes_it(fault_federation, tmp_path):
+    """An aborted run keeps its completed rounds; the same kind submitted again with another setting starts afresh
+    (a checkpoint belongs to its own run), and reaches the reference weights of its own configuration."""
     federation, loopback = fault_federation
-    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=200)), tmp_path)
+    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=200)), tmp_path / "long")
+    again_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=3)), tmp_path / "again")
     session = loopback.session(ADMIN)
     try:
         job_id = _submit(session, job_dir)
@@ -114,6 +117,7 @@ def test_abort_stops_within_a_round_and_keeps_the_completed_rounds(fault_federat
         session.abort_job(job_id)
         outcome = follow_job(session, job_id, timeout=120, progress=None)
         stopped_in = time.monotonic() - aborted_at
+        again = follow_job(session, _submit(session, again_dir), timeout=180, progress=None)
     finally:
         session.close()
 
@@ -122,13 +126,38 @@ def test_abort_stops_within_a_round_and_keeps_the_completed_rounds(fault_federat
     assert results["status"] == "aborted" and "aborted during round" in results["error"]
     assert 2 <= len(results["rounds"]) < 200
     assert (outcome.server_app_dir() / "global_model.pt").is_file()
+    fresh = again.results()
+    assert again.completed and "resumed_after_round" not in fresh, fresh.get("resumed_after_round")
+    assert fresh["rounds"][-1]["global_weights"]["weight"] == pytest.approx(_reference_weights(3), abs=1e-5)
+
+
+def test_flare_ending_the_run_for_too_few_sites_names_the_site_and_why(fault_federation, tmp_path):
+    """min_clients = every site and site-2's job process killed: FLARE ends the run; results.json says "failed"
+    (not an admin's abort), naming site-2, that its job process failed, and the round that could not complete."""
+    federation, loopback = fault_federation
+    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=200, min_clients=len(SITES))), tmp_path)
+    session = loopback.session(ADMIN)
+    try:
+        job_id = _submit(session, job_dir)
+        _wait_for_rounds(federation, job_id, 2)
+        assert loopback.kill_job_processes("site-2") == 1
+        outcome = follow_job(session, job_id, timeout=120, progress=None)
+    finally:
+        session.close()
+
+    results = outcome.results()
+    failed = results["failed_round"]
+    assert results["status"] == "failed" and "site-2" in results["error"], results.get("error")
+    assert "job process" in failed["outcomes"]["site-2"], failed
+    assert failed["round"] == len(results["rounds"]) + 1 and failed["outcomes"]["site-1"] == "update accepted"
 
 
 def test_a_dead_job_process_and_a_dead_site_are_named_and_the_job_finishes_without_them(fault_federation, tmp_path):
     """site-2's job process is killed (its client stays up: FLARE alone would fail the whole job), then site-3's whole
-    client; the job goes on with the sites left, each round naming who did not answer."""
+    client; the job goes on with the sites left, each round naming who did not answer. site-3's client comes back:
+    FLARE does not redeploy the running job to it, and the rounds after its return say so."""
     federation, loopback = fault_federation
-    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=6, min_clients=1)), tmp_path)
+    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=8, min_clients=1)), tmp_path)
     session = loopback.session(ADMIN)
     try:
         job_id = _submit(session, job_dir)
@@ -139,18 +168,21 @@ def test_a_dead_job_process_and_a_dead_site_are_named_and_the_job_finishes_witho
         loopback.kill_participant("site-3")
         _wait_for_rounds(federation, job_id, 4, timeout=60)
         noticed_in = time.monotonic() - killed_at
+        loopback.bring_up(ADMIN)  # site-3 again, mid-job
         outcome = follow_job(session, job_id, timeout=300, progress=None)
     finally:
         session.close()
-        loopback.bring_up(ADMIN)  # site-3 again
+        loopback.bring_up(ADMIN)
 
     results = outcome.results()
     assert outcome.completed, outcome.refusal()
     assert noticed_in < 45, noticed_in
     without_site_2 = [r for r in results["rounds"] if "site-2" not in r["sites"]]
     only_site_1 = [r for r in results["rounds"] if set(r["sites"]) == {"site-1"}]
-    assert without_site_2 and only_site_1 and len(results["rounds"]) == 6
-    assert "no answer" in without_site_2[0]["outcomes"]["site-2"] and "no answer" in only_site_1[0]["outcomes"]["site-3"]
+    assert without_site_2 and only_site_1 and len(results["rounds"]) == 8
+    assert "job process" in without_site_2[0]["outcomes"]["site-2"], without_site_2[0]["outcomes"]
+    assert "no answer" in only_site_1[0]["outcomes"]["site-3"]
+    assert "rejoins at the next job" in results["rounds"][-1]["outcomes"]["site-3"], results["rounds"][-1]
 
 
 def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_federation, tmp_path):

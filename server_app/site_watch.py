@@ -1,0 +1,76 @@
+"""What a server workflow knows about its sites beyond their answers, and how it tells FLARE's stop from an admin's.
+
+FLARE tells a job's workflow that a site is gone but not why, and ends the run itself when fewer live sites remain
+than the job's `min_clients`, through the same abort signal an admin's `abort_job` raises. Every workflow base here
+(`SiteAwareController`) therefore remembers FLARE's fatal-error event (it precedes FLARE's abort), reads what the
+server's main process heard about each site (`server_app.site_events`: a job process that failed and how, a client
+that stopped answering, a client that came back) and FLARE's own verdict of who is disconnected, so that every stop
+names each site and what happened to it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from nvflare.apis.event_type import EventType
+from nvflare.apis.fl_constant import FLContextKey
+from nvflare.apis.fl_context import FLContext
+from nvflare.app_common.workflows.model_controller import ModelController
+
+from server_app.site_events import describe, last_event_by_site
+
+
+class SiteAwareController(ModelController):
+    """A ModelController that can say, at any point of its run, why a site went quiet and who stopped the run."""
+
+    def __init__(self, **controller_options: Any) -> None:
+        super().__init__(persistor_id="", **controller_options)
+        self._flare_stop_reason = ""
+        self._started_at = time.time()
+
+    def site_names(self) -> list[str]:
+        return [client.name for client in self.engine.get_clients()]
+
+    def failed_sites(self) -> set[str]:
+        """Sites whose task returned an error in the last task. FLARE's ModelController keeps them for its own error
+        tolerance and offers no public accessor, so this is the one place that reads its attribute."""
+        return set(getattr(self, "_current_failed_clients", set()))
+
+    def site_reasons(self) -> dict[str, str]:
+        """What the server knows of each site that went quiet during this job: the main process's events, else
+        FLARE's own verdict that it is disconnected."""
+        run_dir = Path(self.get_app_dir()).parent
+        reasons = {site: describe(event) for site, event in last_event_by_site(run_dir, self._started_at).items()}
+        for site in self.site_names():
+            gone_since = self.communicator.get_client_disconnect_time(site)
+            if gone_since and site not in reasons:
+                reasons[site] = f"FLARE deems it disconnected since {time.ctime(gone_since)}"
+        return reasons
+
+    @property
+    def stopped_by_flare(self) -> str:
+        """FLARE's reason when FLARE itself is ending the run (too few live sites, ...); "" for an admin's abort."""
+        return self._flare_stop_reason
+
+    def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
+        """Remember why FLARE ends the run (its fatal-error event precedes the abort), to tell it from an admin's."""
+        if event_type == EventType.FATAL_SYSTEM_ERROR and not self._flare_stop_reason:
+            self._flare_stop_reason = str(fl_ctx.get_prop(FLContextKey.EVENT_DATA, "") or "fatal error")
+        super().handle_event(event_type, fl_ctx)
+
+    def flare_stop_message(self, where: str, outcomes: dict[str, str], min_clients: int) -> str:
+        """The reason a run FLARE ended records: where, FLARE's words, and each site's outcome."""
+        return (f"FLARE ended the run during {where} ({self._flare_stop_reason}): the job needs {min_clients} "
+                f"sites; {in_words(outcomes)}")
+
+    def quiet_site_outcomes(self, answered: set[str]) -> dict[str, str]:
+        """Each site that did not answer, with what the server heard about it."""
+        reasons = self.site_reasons()
+        return {site: f"no answer: {reasons.get(site, 'no reason heard (its client or job process stopped?)')}"
+                for site in sorted(set(self.site_names()) - answered)}
+
+
+def in_words(outcomes: dict[str, str]) -> str:
+    return "; ".join(f"{site}: {outcome}" for site, outcome in outcomes.items())
