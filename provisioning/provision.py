@@ -4,9 +4,8 @@ every site and every admin, each with the security policy of `provisioning.polic
 Certificates and kits are made by FLARE's own `nvflare provision`; this command only chooses the participants and
 then writes, per kit: `local/resources.json` (exact class allow-list in enforce mode; sites: the site guard;
 server: job and snapshot storage inside the federation's workspace), `local/authorization.json` (no role has
-the byoc right) and, at sites, the default privacy policy `local/site_policy.json`. Private keys, including the root
-CA's in `<workspace>/<project>/state/cert.json`, are left readable by their owner only, in folders only the owner
-can enter.
+the byoc right) and, at sites, the default privacy policy `local/site_policy.json`. Everything it writes, private
+keys included (the root CA's is in `<workspace>/<project>/state/cert.json`), is left readable by its owner only.
 """
 
 from __future__ import annotations
@@ -144,20 +143,21 @@ def write_server_policy(kit: Path, storage: Path, participants: Participants) ->
     write_participants(kit / "local", participants)
 
 
-def protect_private_keys(federation: Federation) -> None:
-    """Owner-only modes on the CA state (0700, files 0600) and on every kit's startup folder (0700) and keys (0600).
+def make_owner_only(federation: Federation, server_storage: Path) -> None:
+    """Everything provisioning wrote, owner-only whatever the umask: every kit (keys, certificates, configs, the
+    sites' policies), the CA state (`state/cert.json` holds the root CA's private key, which FLARE writes
+    world-readable: anyone who reads it can sign a site or admin certificate the whole federation trusts), the
+    project file, and the server's storage folder (its jobs, snapshots and checkpoints go there).
 
-    FLARE writes `state/cert.json`, which holds the root CA's private key, world-readable: anyone who reads it can
-    sign a site or admin certificate the whole federation trusts.
+    Group and other bits are cleared; the owner's are kept (folders stay enterable, start scripts executable).
     """
-    owner_only: list[tuple[Path, int]] = [(federation.ca_state, 0o700)]
-    owner_only += [(path, 0o600) for path in federation.ca_state.rglob("*") if path.is_file()]
-    for kit in federation.kits_dir.iterdir():
-        if (kit / "startup").is_dir():
-            owner_only.append((kit / "startup", 0o700))
-            owner_only += [(key, 0o600) for key in (kit / "startup").glob("*.key")]
-    for path, mode in owner_only:
-        os.chmod(path, mode)
+    server_storage.mkdir(mode=0o700, parents=True, exist_ok=True)
+    project = federation.kits_dir.parent  # the CA state and every provisioning's kits
+    roots = [project.parent / "project.yml", project, server_storage]
+    for root in roots:
+        for path in [root, *(root.rglob("*") if root.is_dir() else [])]:
+            if not path.is_symlink():
+                os.chmod(path, path.stat().st_mode & 0o700)
 
 
 def provision(project: dict[str, Any], workspace: Path, accepted_roles: list[str] | None = None,
@@ -188,12 +188,12 @@ def provision(project: dict[str, Any], workspace: Path, accepted_roles: list[str
     admins = {p["name"]: p["role"] for p in participants if p["type"] == "admin"}
     listed = Participants(project["name"], frozenset(sites), frozenset(admins),
                           frozenset(p["name"] for p in participants if p["type"] == "relay"))
-    write_server_policy(kits_dir / server, Path(server_storage) if server_storage else kits_dir / server / "storage",
-                        listed)
+    storage = Path(server_storage) if server_storage else kits_dir / server / "storage"
+    write_server_policy(kits_dir / server, storage, listed)
     for site in sites:
         write_site_policy(kits_dir / site, accepted_roles or DEFAULT_ACCEPTED_ROLES, stream_site_logs)
     federation = Federation(project["name"], kits_dir, server, sites, admins)
-    protect_private_keys(federation)
+    make_owner_only(federation, storage)
     return federation
 
 

@@ -131,6 +131,21 @@ def check_private_key(kit: SiteKit) -> CheckResult:
     return CheckResult("private key", OK, f"{kit.private_key} readable by its owner only (mode {mode:o})")
 
 
+def check_file_modes(kit: SiteKit) -> CheckResult:
+    """Everything in the kit (configs, policy, ledger, audit log, logs, job workspaces) and the records folder, when
+    the policy puts it elsewhere, readable by the service account only: they name data folders and what ran here."""
+    site = PolicyInForce.read(kit.root / "local")
+    roots = [kit.root] + ([site.records] if site.records.is_dir() and not site.records.is_relative_to(kit.root) else [])
+    open_paths = [path for root in roots for path in [root, *root.rglob("*")]
+                  if not path.is_symlink() and path.stat().st_mode & 0o077]
+    if open_paths:
+        shown = ", ".join(str(p) for p in open_paths[:3]) + (f" and {len(open_paths) - 3} more" if open_paths[3:] else "")
+        return CheckResult("file modes", FAIL, f"{len(open_paths)} files or folders readable by group or others: {shown}",
+                           f"chmod -R go-rwx {' '.join(str(r) for r in roots)}, and start the site with `site-agent "
+                           "start` or its service unit (they start FLARE with umask 077)")
+    return CheckResult("file modes", OK, f"everything under {', '.join(str(r) for r in roots)} is the owner's only")
+
+
 def check_privacy_policy(kit: SiteKit) -> CheckResult:
     """The policy in force for the next job (site_agent.policy), and where its records go."""
     site = PolicyInForce.read(kit.root / "local")
@@ -244,8 +259,8 @@ def check_disk(kit: SiteKit) -> CheckResult:
 
 
 CHECKS: tuple[Callable[[SiteKit], CheckResult | list[CheckResult]], ...] = (
-    check_certificate, check_private_key, check_policy, check_privacy_policy, check_server, check_data, check_device,
-    check_disk
+    check_certificate, check_private_key, check_file_modes, check_policy, check_privacy_policy, check_server, check_data,
+    check_device, check_disk
 )
 
 

@@ -11,6 +11,7 @@ choice too, never the job's: a job cannot know a hospital's GPU, cores or memory
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -87,9 +88,12 @@ class SiteConfig:
 
 def write_site_config(kit_dir: Path, datasets: dict[str, str], device: str = "auto",
                       compute: ComputeSettings = ComputeSettings()) -> Path:
-    """Write `<kit>/local/site_agent.json` (what `site-agent configure` does for site IT)."""
-    return write_folder_map(Path(kit_dir) / "local" / CONFIG_FILE, "datasets", datasets, device, SiteConfigError,
+    """Write `<kit>/local/site_agent.json` (what `site-agent configure` does for site IT), readable by its owner only
+    (it names the site's data folders)."""
+    path = write_folder_map(Path(kit_dir) / "local" / CONFIG_FILE, "datasets", datasets, device, SiteConfigError,
                             asdict(compute))
+    os.chmod(path, 0o600)
+    return path
 
 
 def _configure(args: argparse.Namespace) -> int:

@@ -59,7 +59,7 @@ class SiteLog:
     def __call__(self, message: str) -> None:
         print(f"site-agent: {message}", file=sys.stderr, flush=True)
         stamp = dt.datetime.now().astimezone().isoformat(timespec="seconds")
-        with self.path.open("a") as log:
+        with os.fdopen(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a") as log:
             log.writelines(f"{stamp} {line}\n" for line in message.splitlines())
 
 
@@ -114,8 +114,10 @@ class FlareClient:
         command = [sys.executable, "-u", "-m", CLIENT_MODULE, "-m", str(kit.root), "-s", "fed_client.json",
                    "--set", "secure_train=true", f"uid={kit.site_name}", f"org={org}", "config_folder=config"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "4")}
+        # umask 077: the job workspaces and logs FLARE writes are the service account's only, whatever the umask
+        # site-agent was started with
         self.process = subprocess.Popen(command, cwd=kit.root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+                                        stderr=subprocess.STDOUT, start_new_session=True, umask=0o077)
         self.registered = threading.Event()
         self.rejection = ""  # the server's reason when it refused to register the site
         self.last_lines: collections.deque[str] = collections.deque(maxlen=8)

@@ -210,6 +210,23 @@ def test_a_real_job_runs_downloads_and_leaves_ledger_and_audit_entries(running_f
     assert events[0]["job_agent_version"] == events[0]["agent_version"]
     sent = [e for e in events if e["event"] == "result_sent"]
     assert len(sent) == 5 and all(e["payload_bytes"] > 0 and len(e["payload_sha256"]) == 64 for e in sent)
+    assert (running_federation.federation.kit("site-3") / outcome.job_id / "log.txt").is_file()
+    assert _readable_by_others(running_federation, outcome.job_id) == []
+
+
+def _readable_by_others(running_federation, job_id: str) -> list[str]:
+    """What the federation wrote for a job (its workspaces, logs, ledger, audit log, server storage) that group or
+    others may read."""
+    federation = running_federation.federation
+    walked = [federation.kit(federation.server) / "storage"]
+    single = []
+    for name in (federation.server, *federation.sites):
+        kit = federation.kit(name)
+        walked.append(kit / job_id)
+        single += [kit, kit / "local", kit / "log.txt", kit / "process.log"]
+        single += [kit / "local" / f for f in ("audit_log.jsonl", "privacy_ledger.jsonl", "site_policy.json")]
+    paths = [p for root in walked if root.is_dir() for p in [root, *root.rglob("*")]] + [p for p in single if p.exists()]
+    return [f"{p} {p.stat().st_mode & 0o777:o}" for p in paths if not p.is_symlink() and p.stat().st_mode & 0o077]
 
 
 def test_a_job_below_the_sites_dp_floor_is_refused_before_it_starts(running_federation, fedavg_job_dir, tmp_path):
