@@ -98,7 +98,7 @@ def _slice_header(ids: SeriesIds, description: str, series_number: int, index: i
     ds.StudyDescription = "synthetic demo study"
     ds.SeriesDescription = description
     ds.ManufacturerModelName = "site_agent demo-data"
-    ds.PatientName = ids.patient_id
+    ds.PatientName = f"{ids.patient_id}^"  # family name only: a name without a component separator is a retired form
     ds.PatientID = ids.patient_id
     ds.PatientBirthDate = ""
     ds.PatientSex = ""
@@ -118,6 +118,7 @@ def _slice_header(ids: SeriesIds, description: str, series_number: int, index: i
     ds.FrameOfReferenceUID = ids.frame_of_reference
     ds.PositionReferenceIndicator = ""
     ds.PatientPosition = "HFS"
+    ds.BodyPartExamined = "BRAIN"  # an unpaired body part: Laterality (type 2C) is then absent
     return ds
 
 
