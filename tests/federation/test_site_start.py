@@ -1,7 +1,8 @@
 """`site-agent start` on a real provisioned federation: a kit the server refuses ends within seconds naming why; a
 good kit registers, a crashed client ends the command non-zero, and starting again rejoins.
 
-FLARE's own start path runs such a refused client on silently forever (`../shared/FLARE.md`, "Faults and access").
+FLARE's own start path runs such a refused client on silently forever
+(docs/site-it-guide.md#5-start-the-site-and-when-it-cannot-join).
 Every process is stopped by its own PID: the `site-agent start` processes the tests start, and their descendants.
 """
 

@@ -16,6 +16,8 @@ FLARE's files, a URL, a hospital's `/data/...`) are left alone:
 - `#anchor` after a guide's name must be one of that guide's headings (GitHub's slugs).
 
 Tokens with a placeholder (`<kind>`, `{site_name}`, `*`, `$VAR`, `~`), absolute paths and URLs are not references.
+A relative path to a source file that climbs out of the repository (`../<elsewhere>/NOTES.md`) is always a problem:
+the docs stand alone.
 """
 
 from __future__ import annotations
@@ -115,6 +117,9 @@ def path_problem(token: str, base: Path | None = None) -> str | None:
     token = token.rstrip(".,:;!?")
     if not token or _PLACEHOLDER.search(token) or token.startswith(("/", "-")):
         return None
+    outside = not ((base or ROOT) / token.partition("#")[0]).resolve().is_relative_to(ROOT)
+    if token.startswith("../") and token.partition("#")[0].endswith(SOURCE_EXTENSIONS) and outside:
+        return f"{token} points outside the repository"
     if _MODULE.match(token):
         return _module_problem(token)
     name, _, anchor = token.partition("#")
@@ -184,6 +189,8 @@ def test_the_rule_names_a_missing_file_module_and_anchor_and_leaves_outside_name
     assert path_problem("docs/algorithms.md#nowhere") == "no heading #nowhere in docs/algorithms.md"
     assert path_problem("jobs.simulate.simulate") == "jobs.simulate.simulate: no module or package 'simulate' in jobs"
     assert path_problem("nowhere.md", ROOT / "docs") == "link nowhere.md: no nowhere.md beside docs"
+    assert path_problem("../shared/NOTES.md") == "../shared/NOTES.md points outside the repository"
+    assert path_problem("../README.md", ROOT / "docs") is None and path_problem("../../../etc") is None
     for fine in ("docs/algorithms.md#fedavg-reference-run", "tasks/executor.py", "jobs.common.build_job",
                  "federation_tools/", "fl_contract.fedkt.COUNT_NOISE_MULTIPLIER", "algorithms.md#player-fl"):
         assert path_problem(fine) is None, fine
