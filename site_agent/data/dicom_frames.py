@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
+from pydicom.datadict import tag_for_keyword
 from pydicom.dataset import Dataset
 
 from site_agent.data.dicom_header import Slice, numbers, parse_slice
@@ -37,6 +38,8 @@ _GROUPS = {
     "RescaleSlope": "PixelValueTransformationSequence",
     "RescaleIntercept": "PixelValueTransformationSequence",
 }
+_TAGS = {keyword: int(tag_for_keyword(keyword) or 0) for keyword in
+         (*_GROUPS, *_GROUPS.values(), *DIMENSIONS, *(group for group, _ in DIMENSIONS.values()))}
 _FIX_EXPORT = "export it from the scanner or PACS again as Enhanced MR/CT with its functional groups, or as single-frame slices"
 
 
@@ -60,23 +63,35 @@ def frame_slices(path: Path, ds: Dataset, selection: FrameSelection | None) -> l
         raise DataError(f"{path}: PerFrameFunctionalGroupsSequence holds {len(per_frame)} items for {frames} frames; "
                         f"the file is damaged: {_FIX_EXPORT}")
     chosen = _chosen_frames(path, shared, per_frame, selection)
-    return [parse_slice(path, ds, k, _values(ds, shared, per_frame[k])) for k in chosen]
+    fallback = _values(shared, dict.fromkeys(_GROUPS, ds))  # looked up once: most of it is shared
+    return [parse_slice(path, ds, k, _values(per_frame[k], fallback)) for k in chosen]
 
 
-def _values(ds: Dataset, shared: Dataset, frame: Dataset) -> dict[str, Dataset]:
-    """For each keyword, the dataset holding it: the frame's group, else the shared group, else the file itself."""
-    values = {}
+def _group(item: Dataset, group: str) -> Dataset | None:
+    """The first item of functional group `group` in `item`, or None (tags, not keywords: read per frame)."""
+    tag = _TAGS[group]
+    if tag not in item:
+        return None
+    value = item[tag].value
+    return value[0] if value else None
+
+
+def _values(item: Dataset, fallback: dict[str, Dataset]) -> dict[str, Dataset]:
+    """For each keyword, the dataset holding it: `item`'s functional group if it holds it, else `fallback`'s."""
+    values = dict(fallback)
     for keyword, group in _GROUPS.items():
-        holders = [item[group][0] for item in (frame, shared) if item.get(group)]
-        values[keyword] = next((h for h in holders if keyword in h), ds)
+        holder = _group(item, group)
+        if holder is not None and _TAGS[keyword] in holder:
+            values[keyword] = holder
     return values
 
 
 def _dimension(shared: Dataset, frame: Dataset, keyword: str) -> str | float | None:
     group = DIMENSIONS[keyword][0]
     for item in (frame, shared):
-        if item.get(group) and keyword in item[group][0]:
-            value = item[group][0][keyword].value
+        holder = _group(item, group)
+        if holder is not None and _TAGS[keyword] in holder:
+            value = holder[_TAGS[keyword]].value
             return str(value).strip() if keyword == "StackID" else _normalised(value)
     return None
 
