@@ -47,7 +47,7 @@ def _refused_at_deploy(running_federation, outcome, *reasons: str) -> None:
     refusal = outcome.refusal()
     for site in running_federation.federation.sites:
         kit = running_federation.federation.kit(site)
-        assert f"{site}: " in refusal and str(kit) not in refusal, refusal
+        assert f"{site}: NVFLARE_ERROR: refused at deploy: " in refusal and str(kit) not in refusal, refusal
         events = AuditLog(kit / "local").entries(outcome.job_id)
         assert [e["event"] for e in events] == ["job_seen", "job_refused"], events
         assert all(reason in events[-1]["reason"] for reason in reasons), events[-1]
@@ -58,7 +58,7 @@ def _refused_at_deploy(running_federation, outcome, *reasons: str) -> None:
 def _edit_site_config(job_dir: Path, edit) -> None:
     path = job_dir / "app" / "config" / "config_fed_client.json"
     config = json.loads(path.read_text())
-    edit(config, config["executors"][0]["executor"]["args"])
+    edit(config, config["executors"][0]["executor"]["args"]["params"])
     path.write_text(json.dumps(config))
 
 
