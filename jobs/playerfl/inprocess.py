@@ -63,6 +63,13 @@ class _Engine:
         return self.workspace
 
 
+class _Communicator:
+    """FLARE's view of site connections: in one process no site ever disconnects."""
+
+    def get_client_disconnect_time(self, site: str) -> float | None:
+        return None
+
+
 def run_in_process(params: PLayerFLParams, sites: Mapping[str, Path], workspace: Path) -> Path:
     """Run the job `params` describes over `sites` (name -> ISIC folder); returns its results.json."""
     if params.tracking:
@@ -92,6 +99,7 @@ def run_in_process(params: PLayerFLParams, sites: Mapping[str, Path], workspace:
     controller.panic = panic
     controller.get_app_dir = lambda: str(app_dir)
     controller.engine = _Engine(names, workspace)
+    controller.communicator = _Communicator()
     controller.fl_ctx = FLContext()
     controller.fl_ctx.set_prop(FLContextKey.JOB_META, {JobMetaKey.JOB_NAME.value: KIND.name_for(params)}, private=True,
                                sticky=False)
