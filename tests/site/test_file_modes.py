@@ -4,6 +4,7 @@ row that fails, with the fix, on anything in a kit readable by group or others."
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from site_agent.kit import SiteKit
 from site_agent.policy import SitePolicy, write_policy
 from site_agent.preflight import FAIL, OK, check_file_modes
 from site_agent.site_config import write_site_config
+from site_agent.start import FlareClient
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +75,24 @@ def test_the_check_row_names_what_others_can_read_and_the_fix(federation, tmp_pa
     assert "2 files or folders readable by group or others" in result.detail
     assert str(job_log) in result.detail and str(records) in result.detail
     assert f"chmod -R go-rwx {kit.root} {records}" in result.fix and "umask 077" in result.fix
+
+
+def test_site_agent_start_runs_flare_with_umask_077(federation):
+    """The real FLARE client, started as `site-agent start` starts it from a shell with umask 022 (no server runs:
+    the client writes its log, then gives up)."""
+    kit = SiteKit.open(federation.kit("site-1"))
+    log = kit.root / "log.txt"
+    log.unlink(missing_ok=True)
+    umask = os.umask(0o022)
+    try:
+        client = FlareClient(kit, "site_1")
+    finally:
+        os.umask(umask)
+    try:
+        deadline = time.monotonic() + 60
+        while not log.is_file() and client.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        client.stop(grace=2.0)
+
+    assert log.is_file() and log.stat().st_mode & 0o777 == 0o600
