@@ -21,7 +21,8 @@ from pydicom.uid import generate_uid
 
 from fl_contract.labels import LabelMap
 from fl_contract.version import AGENT_VERSION
-from site_agent.data.dicom_series import series_slices
+from site_agent.data.dicom_series import ordered_slices
+from site_agent.data.reader import DataError
 
 SEG_SERIES_NUMBER = 900
 _TYPE_2_STUDY_ATTRIBUTES = ("PatientBirthDate", "PatientSex", "AccessionNumber", "StudyID", "StudyDate", "StudyTime",
@@ -53,21 +54,31 @@ def write_dicom_seg(labels: np.ndarray, label_map: LabelMap, source_series: Path
     """Write the (X, Y, Z) label map as a binary DICOM SEG over the DICOM series in `source_series`.
 
     `labels` must lie on that series' grid as `site_agent.data.dicom_series.read_dicom_series` reads it; frame k
-    covers its slice k. `model_description` names the model in the SEG's algorithm identification.
+    covers its slice k (for an Enhanced multi-frame source, the SEG's frames follow the source file's frames).
+    `model_description` names the model in the SEG's algorithm identification.
     """
-    sources = series_slices(source_series)
+    slices = ordered_slices(source_series)
+    sources = list({id(item.ds): item.ds for item in slices}.values())
     for ds in sources:  # in memory only: the source files are never changed
         for keyword in _TYPE_2_STUDY_ATTRIBUTES:
             if keyword not in ds:
                 setattr(ds, keyword, "")
     rows, cols = int(sources[0].Rows), int(sources[0].Columns)
-    if labels.shape != (cols, rows, len(sources)):
+    if labels.shape != (cols, rows, len(slices)):
         raise ValueError(f"label map of shape {labels.shape} does not lie on the grid of {source_series} "
-                         f"({cols} columns, {rows} rows, {len(sources)} slices)")
+                         f"({cols} columns, {rows} rows, {len(slices)} slices)")
     segments = brats_segments(label_map)
     numbers = np.zeros(labels.shape, dtype=np.uint8)
     for value, segment in segments.items():
         numbers[labels == value] = segment.number
+    frames = np.ascontiguousarray(numbers.transpose(2, 1, 0))  # (slice, row, column)
+    if slices[0].frame is not None:  # a multi-frame source: one SEG frame per source frame, in the file's order
+        if len(sources) > 1:
+            raise DataError(f"{source_series}: a series of {len(sources)} multi-frame files; a DICOM SEG is written "
+                            "over one multi-frame file or single-frame slices (the NIfTI label map holds the result)")
+        in_file_order = np.zeros_like(frames)
+        in_file_order[[int(item.frame or 0) for item in slices]] = frames
+        frames = in_file_order
     algorithm = hd.AlgorithmIdentificationSequence(name="hospital-fl SegResNet", family=codes.cid7162.ArtificialIntelligence,
                                                    version=model_description)
     descriptions = [
@@ -81,16 +92,16 @@ def write_dicom_seg(labels: np.ndarray, label_map: LabelMap, source_series: Path
     series_uid = generate_uid()
     with warnings.catch_warnings():  # highdicom questions the source's PatientName; the SEG copies it unchanged
         warnings.filterwarnings("ignore", message=".*unlikely to represent the intended person name")
-        seg = _segmentation(sources, numbers, descriptions, series_uid, model_description)
+        seg = _segmentation(sources, frames, descriptions, series_uid, model_description)
     path.parent.mkdir(parents=True, exist_ok=True)
     seg.save_as(path, enforce_file_format=True)
     return path
 
 
-def _segmentation(sources: list[Dataset], numbers: np.ndarray, descriptions: list[hd.seg.SegmentDescription],
+def _segmentation(sources: list[Dataset], frames: np.ndarray, descriptions: list[hd.seg.SegmentDescription],
                   series_uid: str, model_description: str) -> hd.seg.Segmentation:
     return hd.seg.Segmentation(
-        source_images=sources, pixel_array=np.ascontiguousarray(numbers.transpose(2, 1, 0)),  # (slice, row, column)
+        source_images=sources, pixel_array=frames,
         segmentation_type=hd.seg.SegmentationTypeValues.BINARY, segment_descriptions=descriptions,
         series_instance_uid=series_uid, series_number=SEG_SERIES_NUMBER, sop_instance_uid=generate_uid(),
         instance_number=1, manufacturer="hospital-fl", manufacturer_model_name="site_agent brats-inference",

@@ -63,14 +63,16 @@ def read_dicom_series(folder: Path, series_uid: str | None = None, frames: Frame
 
 
 def series_slices(folder: Path, series_uid: str | None = None) -> list[Dataset]:
-    """The slice files of the single-frame series `read_dicom_series` reads, in the order it stacks them (file k
-    is `volume[:, :, k]`, its rows along the volume's second axis): what a derived object such as a DICOM
-    Segmentation references frame by frame. A multi-frame series raises `DataError`."""
-    ordered = _ordered_series(Path(folder), series_uid, None)
-    if any(item.frame is not None for item in ordered):
-        raise DataError(f"{folder}: a multi-frame (Enhanced) series; a DICOM SEG is written over single-frame series "
-                        "only, the NIfTI label map beside it holds the same segmentation")
-    return [item.ds for item in ordered]
+    """The slice files of the series `read_dicom_series` reads, in the order it stacks them (file k is
+    `volume[:, :, k]`, its rows along the volume's second axis); a multi-frame file appears once per frame (see
+    `ordered_slices` for the frames)."""
+    return [item.ds for item in ordered_slices(folder, series_uid)]
+
+
+def ordered_slices(folder: Path, series_uid: str | None = None) -> list[Slice]:
+    """The slices `read_dicom_series` stacks, in its order, each with its file's dataset and, in a multi-frame
+    file, its frame: what a derived object such as a DICOM Segmentation references slice by slice."""
+    return _ordered_series(Path(folder), series_uid, None)
 
 
 def _ordered_series(folder: Path, series_uid: str | None, frames: FrameSelection | None) -> list[Slice]:

@@ -14,8 +14,10 @@ from pydicom.data import get_testdata_file
 from pydicom.dataset import Dataset
 from pydicom.uid import JPEG2000Lossless, JPEGLSLossless, RLELossless
 
+from fl_contract.labels import BRATS_2021
 from site_agent.data.dicom_demo import SeriesIds, write_dicom_series
-from site_agent.data.dicom_series import DicomSeriesReader, read_dicom_series
+from site_agent.data.dicom_seg import write_dicom_seg
+from site_agent.data.dicom_series import DicomSeriesReader, ordered_slices, read_dicom_series
 from site_agent.data.reader import DataError
 
 pytestmark = pytest.mark.filterwarnings("ignore:The string .* is unlikely to represent the intended person name")
@@ -209,3 +211,28 @@ def test_a_bad_frame_value_names_the_file_and_frame(tmp_path):
 
     # Assert
     assert str(error.value).startswith(f"{path} frame 8: ImagePositionPatient holds 2 value(s)")
+
+
+def test_a_dicom_seg_over_an_enhanced_series_references_each_source_frame(tmp_path):
+    # Prepare: a label map on the volume as read; the source file's frames are not in volume order
+    _single_frame_series(tmp_path / "single", (16, 16, 8))
+    path = _legacy_converted(tmp_path / "single", tmp_path / "enhanced")
+    image = read_dicom_series(tmp_path / "enhanced")
+    labels = np.zeros(image.spatial_shape, dtype=np.uint8)
+    labels[3:9, 4:12, 1:6] = 2
+    labels[5:7, 6:9, 2:4] = 4
+    labels[4, 5, 5] = 1
+
+    # Execute
+    seg_path = write_dicom_seg(labels, BRATS_2021, tmp_path / "enhanced", tmp_path / "case.seg.dcm", "test model")
+
+    # Assert: each source frame's SEG pixels are the label map's slice at that frame's position
+    source = pydicom.dcmread(path)
+    numbers = hd.seg.segread(seg_path).get_pixels_by_source_frame(
+        source.SOPInstanceUID, source_frame_numbers=list(range(1, 9)), combine_segments=True,
+        assert_missing_frames_are_empty=True)
+    order = [item.frame for item in ordered_slices(tmp_path / "enhanced")]
+    segment_of = {0: 0, 1: 1, 2: 2, 4: 3}
+    for k, frame in enumerate(order):
+        expected = np.vectorize(segment_of.get)(labels[:, :, k].T)
+        np.testing.assert_array_equal(numbers[frame], expected)

@@ -8,6 +8,7 @@ import subprocess
 import warnings
 from pathlib import Path
 
+import highdicom as hd
 import numpy as np
 import pydicom
 import pytest
@@ -63,3 +64,23 @@ def test_a_dicom_seg_over_a_demo_series_passes_dciodvfy(demo_case, tmp_path):
     assert _errors(path) == []
     seg, first = pydicom.dcmread(path), pydicom.dcmread(sorted(source.iterdir())[0])
     assert (seg.StudyDate, seg.StudyTime, seg.StudyID) == (first.StudyDate, first.StudyTime, first.StudyID) != ("", "", "")
+
+
+def test_a_dicom_seg_over_an_enhanced_mr_file_passes_dciodvfy(demo_case, tmp_path):
+    # Prepare: the T1ce series as one Legacy Converted Enhanced MR file (highdicom), as a PACS converts it
+    source = demo_case / DEFAULT_DICOM_FOLDERS["t1ce"]
+    converted = hd.legacy.LegacyConvertedEnhancedMRImage([pydicom.dcmread(p) for p in sorted(source.iterdir())],
+                                                         series_instance_uid="1.2.3.9", series_number=9,
+                                                         sop_instance_uid="1.2.3.9.1", instance_number=1)
+    (tmp_path / "enhanced").mkdir()
+    converted.save_as(tmp_path / "enhanced" / "enhanced.dcm")
+    labels = np.zeros((16, 16, 12), dtype=np.uint8)
+    labels[4:10, 4:10, 3:8] = 2
+
+    # Execute
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        path = write_dicom_seg(labels, BRATS_2021, tmp_path / "enhanced", tmp_path / "case.seg.dcm", "test model")
+
+    # Assert
+    assert _errors(path) == []
