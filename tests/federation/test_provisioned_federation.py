@@ -82,12 +82,11 @@ def test_class_outside_the_allow_list_is_refused(running_federation, fedavg_job_
     finally:
         session.close()
 
-    # every site's job process fails to start: each counts as a dead site for the job, which then ends (FLARE
-    # records the class only in each site's job log; documented in docs/admin-guide.md)
-    assert outcome.status in ("FINISHED:ABNORMAL", "FINISHED:EXECUTION_EXCEPTION")
-    site_log = running_federation.federation.kit("site-1") / outcome.job_id / "log.txt"
-    assert ("'nvflare.app_common.np.np_trainer.NPTrainer' at config path 'executors.#1.executor' is not in allow_list"
-            in site_log.read_text())
+    # refused at deploy by every site, naming the class (FLARE itself would refuse it only when the job starts,
+    # with the class only in each site's job log)
+    assert not outcome.completed
+    assert ("site-1: NVFLARE_ERROR: refused at deploy: not in this site's class allow-list: class "
+            "nvflare.app_common.np.np_trainer.NPTrainer (executors[0].executor)") in outcome.refusal()
 
 
 def test_a_kit_whose_allow_list_predates_the_job_kind_refuses_it_naming_site_and_class(running_federation,
@@ -106,7 +105,8 @@ def test_a_kit_whose_allow_list_predates_the_job_kind_refuses_it_naming_site_and
         resources.write_text(original)
 
     assert not outcome.completed
-    assert f"site-2 refused class {task}: not in its allow-list" in outcome.refusal()
+    assert (f"site-2: NVFLARE_ERROR: refused at deploy: not in this site's class allow-list: class {task} "
+            "(executors[0].executor)") in outcome.refusal()
 
 
 def test_job_for_another_agent_version_is_refused_naming_both(running_federation, fedavg_job_dir, tmp_path):
