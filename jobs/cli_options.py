@@ -8,7 +8,8 @@ import json
 import typing
 from typing import Any
 
-from jobs.spec import JobKind, JobParams, P, ParameterError, default_of, parameter_fields
+from fl_contract.params import JobParams, P, ParameterError, default_of, parameter_fields
+from jobs.spec import JobKind
 
 
 def add_parameter_options(parser: argparse.ArgumentParser, params: type[JobParams]) -> None:

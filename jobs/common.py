@@ -11,9 +11,10 @@ from nvflare.job_config.api import FedJob
 
 from fl_contract.job_meta import RESUMABLE_KEY
 from fl_contract.job_privacy import SitePrivacy, release_of
+from fl_contract.params import FederationParams, JobParams
 from fl_contract.version import AGENT_VERSION, AGENT_VERSION_KEY
 from jobs.registry import server_allow_list, site_allow_list
-from jobs.spec import FederationParams, JobKind, JobParams
+from jobs.spec import JobKind
 
 APP_PACKAGES = ["fl_contract", "site_agent", "server_app"]
 DEAD_SITE_CHECK_LEAD_S = 10.0
@@ -35,7 +36,7 @@ def build_job(kind: JobKind[Any], params: JobParams | None = None) -> FedJob:
     params = params if params is not None else kind.params()
     if not isinstance(params, kind.params):
         raise TypeError(f"{kind.name} takes {kind.params.__name__}, got {type(params).__name__}")
-    apps = kind.apps(params)
+    extras = kind.extras(params)
     site_task = kind.site_task_component(params).instantiate()
     privacy = SitePrivacy.declare(kind.name, release_of(type(site_task)), dataclasses.asdict(params))
     job = new_job(kind.name_for(params), int(getattr(params, "min_clients", 1)), privacy, kind.resumable)
@@ -43,10 +44,10 @@ def build_job(kind: JobKind[Any], params: JobParams | None = None) -> FedJob:
         job.to_server({"dead_client_grace_period": params.dead_site_grace_s,
                        "dead_client_check_lead_time": DEAD_SITE_CHECK_LEAD_S})
     job.to_server(kind.controller_component(params).instantiate())
-    for extra in apps.server_extras:
+    for extra in extras.server:
         job.to_server(extra.instantiate(), id=extra.id)
     job.to_clients(site_task)
-    for extra in apps.site_extras:
+    for extra in extras.site:
         job.to_clients(extra.instantiate(), id=extra.id)
     return job
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jobs.spec import JobParams
+from fl_contract.params import JobParams
 
 if TYPE_CHECKING:
     from jobs.admin import JobOutcome

@@ -5,13 +5,14 @@ from __future__ import annotations
 import typing
 from typing import Any
 
+from fl_contract.params import default_of, parameter_fields
 from jobs.registry import kinds
-from jobs.spec import JobKind, default_of, parameter_fields
+from jobs.spec import JobKind
 
 DOCS_FILE = "docs/job-parameters.md"
 HEADER = """# Job parameters
 
-Generated from the job kinds' specs (`jobs/<kind>/spec.py`) by `fl-job docs --out docs/job-parameters.md`; a test
+Generated from the job kinds' parameters (`fl_contract/job_params/`) by `fl-job docs --out docs/job-parameters.md`; a test
 regenerates it and compares. Every parameter is an `fl-job export|submit|simulate KIND` option (`--num-rounds`
 for `num_rounds`); booleans take `--name` / `--no-name`, lists take several values.
 """

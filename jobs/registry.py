@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from fl_contract.job_params import registered_params
 from jobs.spec import JobKind
 
 SPEC_MODULES = (
@@ -48,10 +49,12 @@ def register(kind: JobKind[Any]) -> None:
 
 @contextmanager
 def registered(kind: JobKind[Any]) -> Iterator[JobKind[Any]]:
-    """A job kind registered for the duration of a `with` block (tests, plug-ins trying a kind out)."""
+    """A job kind registered for the duration of a `with` block (tests, plug-ins trying a kind out), its parameters
+    too, so that its components can rebuild them."""
     register(kind)
     try:
-        yield kind
+        with registered_params(kind.name, kind.params):
+            yield kind
     finally:
         del _KINDS[kind.name]
 

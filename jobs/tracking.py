@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from nvflare.apis.analytix import ANALYTIC_EVENT_TYPE
 
-from jobs.spec import Component
+from fl_contract.tracking import TB_WRITER_ID
+from jobs.spec import Component, Extras
 
-TB_WRITER_ID = "tb_writer"
 TB_WRITER = "nvflare.app_opt.tracking.tb.tb_writer.TBWriter"
 TB_RECEIVER = "nvflare.app_opt.tracking.tb.tb_receiver.TBAnalyticsReceiver"
 EVENT_TO_FED = "nvflare.app_common.widgets.convert_to_fed_event.ConvertToFedEvent"
@@ -16,15 +16,11 @@ SITE_CLASSES = (TB_WRITER, EVENT_TO_FED)
 SERVER_CLASSES = (TB_RECEIVER,)
 
 
-def extras(tracking: bool) -> tuple[tuple[Component, ...], tuple[Component, ...]]:
-    """(server components, site components) a job adds for TensorBoard tracking; none when it is off."""
+def extras(tracking: bool) -> Extras:
+    """The components a job adds for TensorBoard tracking (the site task finds its writer by TB_WRITER_ID); none
+    when it is off."""
     if not tracking:
-        return (), ()
-    return ((Component(TB_RECEIVER, {"tb_folder": "tb_events"}, "tb_receiver"),),
-            (Component(TB_WRITER, {}, TB_WRITER_ID),
-             Component(EVENT_TO_FED, {"events_to_convert": [ANALYTIC_EVENT_TYPE]}, "event_to_fed")))
-
-
-def sender_id(tracking: bool) -> str:
-    """The site task's `analytic_sender_id`: the TBWriter's component id, or "" (the task logs nothing)."""
-    return TB_WRITER_ID if tracking else ""
+        return Extras()
+    return Extras(server=(Component(TB_RECEIVER, {"tb_folder": "tb_events"}, "tb_receiver"),),
+                  site=(Component(TB_WRITER, {}, TB_WRITER_ID),
+                        Component(EVENT_TO_FED, {"events_to_convert": [ANALYTIC_EVENT_TYPE]}, "event_to_fed")))

@@ -13,9 +13,9 @@ from typing import Any, cast
 
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
+from fl_contract.job_params import FedAvgJob, job_params
 from fl_contract.models import build_model, state_dict_to_numpy
 from server_app.aggregation import (
-    RULES,
     RoundIntake,
     UpdateCheck,
     aggregate,
@@ -28,6 +28,7 @@ from server_app.checkpoint import Resumed
 from server_app.results import BEST_MODEL_FILE
 from server_app.round_workflow import RoundWorkflow
 from server_app.selection import BestModel, Params, site_weighted_mean
+from server_app.site_watch import LATE_SITE_WAIT_S
 
 SMALL_MODEL_PARAMETERS = 64  # models up to this size have their weights written into results.json every round
 
@@ -42,39 +43,14 @@ class FedAvgController(RoundWorkflow):
     round loop itself (resume, abort, intake, outcomes, checkpoint) is `RoundWorkflow`'s.
     """
 
-    def __init__(
-        self,
-        *,
-        num_rounds: int,
-        model: str,
-        model_args: dict[str, Any] | None,
-        aggregation: str,
-        trim_fraction: float,
-        min_clients: int,
-        selection_metric: str | None = None,
-        selection_weight: str | None = None,
-        test_metric: str | None = None,
-        test_weight: str | None = None,
-        late_site_wait_s: int = 600,
-        seed: int,
-    ):
+    def __init__(self, *, kind: str, params: dict[str, Any]):
         super().__init__()
-        if aggregation not in RULES:
-            raise ValueError(f"unknown aggregation {aggregation!r}; choose one of {sorted(RULES)}")
+        self.job: FedAvgJob = job_params(kind, params, FedAvgJob)  # type: ignore[type-abstract]  # a protocol
         # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
-        self.num_rounds = num_rounds
-        self.model = model
-        self.model_args = model_args or {}
-        self.aggregation = aggregation
-        self.trim_fraction = trim_fraction
-        self.rule_options = {"trim_fraction": trim_fraction} if aggregation == "trimmed_mean" else {}
-        self.min_clients = min_clients
-        self.selection_metric = selection_metric
-        self.selection_weight = selection_weight
-        self.test_metric = test_metric
-        self.test_weight = test_weight
-        self.late_site_wait_s = late_site_wait_s
-        self.seed = seed
+        self.kind, self.params = kind, params
+        self.rule_options = {"trim_fraction": self.job.trim_fraction} if self.job.aggregation == "trimmed_mean" else {}
+        self.model, self.model_args = self.job.model_spec()
+        self.selection_metric, self.selection_weight, self.test_metric, self.test_weight = self.job.selection()
 
     def setup(self) -> None:
         self.global_params: Params = state_dict_to_numpy(build_model(self.model, **self.model_args))
@@ -82,7 +58,7 @@ class FedAvgController(RoundWorkflow):
         self.best = BestModel(self.selection_metric, self.selection_weight) if self.selection_metric else None
 
     def send_round(self, round_index: int) -> list[FLModel]:
-        self.info(f"round {round_index + 1}/{self.num_rounds}: sending the global model")
+        self.info(f"round {round_index + 1}/{self.job.num_rounds}: sending the global model")
         return self._broadcast("train", self.global_params, round_index)
 
     def update_check(self, round_index: int) -> UpdateCheck:
@@ -91,11 +67,11 @@ class FedAvgController(RoundWorkflow):
     def aggregate(self, round_index: int, intake: RoundIntake, entry: dict[str, Any]) -> None:
         if self.best is not None:
             entry["selection"] = self.best.observe(round_index, self.global_params, intake.metrics)
-        self.global_params = aggregate(self.aggregation, intake.updates, reference=self.global_params,
+        self.global_params = aggregate(self.job.aggregation, intake.updates, reference=self.global_params,
                                        **self.rule_options)
         if self.record_weights:
             entry["global_weights"] = {k: v.ravel().tolist() for k, v in self.global_params.items()}
-        self.info(f"round {round_index + 1}: aggregated {len(intake.updates)} updates with {self.aggregation}")
+        self.info(f"round {round_index + 1}: aggregated {len(intake.updates)} updates with {self.job.aggregation}")
 
     def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, Params]]:
         best = self.best
@@ -129,19 +105,19 @@ class FedAvgController(RoundWorkflow):
     def _broadcast(self, task_name: str, params: Params, round_index: int) -> list[FLModel]:
         """Send `params` to every site; wait for all, or for `late_site_wait_s` after `min_clients` answered."""
         model = FLModel(params=params, params_type=ParamsType.FULL, current_round=round_index,
-                        total_rounds=self.num_rounds)
-        results = self.broadcast_model(data=model, task_name=task_name, min_responses=self.min_clients,
-                                       wait_time_after_min_received=self.late_site_wait_s)
+                        total_rounds=self.job.num_rounds)
+        results = self.broadcast_model(data=model, task_name=task_name, min_responses=self.job.min_clients,
+                                       wait_time_after_min_received=LATE_SITE_WAIT_S)
         return cast(list[FLModel], results)  # FLARE is untyped; broadcast_model returns List[FLModel]
 
     def _select_final(self, best: BestModel) -> None:
         """Score the final model with a `validate` task, then save the best model and record which round it is."""
-        results = self._broadcast("validate", self.global_params, self.num_rounds)
+        results = self._broadcast("validate", self.global_params, self.job.num_rounds)
         metrics = {site_name(r): scalar_metrics(r) for r in sorted(results, key=site_name)}
-        final = {"model_round": self.num_rounds, "sites": metrics,
+        final = {"model_round": self.job.num_rounds, "sites": metrics,
                  "no_result": missing_sites(self.site_names(), metrics)}
         if metrics:
-            final["selection"] = best.observe(self.num_rounds, self.global_params, metrics)
+            final["selection"] = best.observe(self.job.num_rounds, self.global_params, metrics)
         self.recorder.record["final_validation"] = final
         self.recorder.save_model(best.params, BEST_MODEL_FILE)
         self.recorder.record["best_model"] = {**best.summary(), "file": BEST_MODEL_FILE}
@@ -160,7 +136,7 @@ class FedAvgController(RoundWorkflow):
         self.recorder.record["test"] = test
 
     def job_summary(self) -> dict[str, Any]:
-        return {"workflow": "fedavg", "model": self.model, "model_args": self.model_args, "num_rounds": self.num_rounds,
-                "aggregation": self.aggregation, **self.rule_options, "min_clients": self.min_clients,
+        return {"workflow": "fedavg", "model": self.model, "model_args": self.model_args, "num_rounds": self.job.num_rounds,
+                "aggregation": self.job.aggregation, **self.rule_options, "min_clients": self.job.min_clients,
                 "selection_metric": self.selection_metric, "selection_weight": self.selection_weight,
-                "test_metric": self.test_metric, "test_weight": self.test_weight, "seed": self.seed}
+                "test_metric": self.test_metric, "test_weight": self.test_weight, "seed": self.job.seed}

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from fl_contract.device import select_device
-from fl_contract.fedkt import MIN_SITES, Adjacency, Method, protocol
+from fl_contract.fedkt import Adjacency, Method, protocol
 from fl_contract.fedkt.classifier import BATCH_SIZE, predict, train_classifier, training_budget
 from fl_contract.fedkt.wire import from_ring
+from fl_contract.job_params import FedKTCSDParams, job_params
 from fl_contract.models import state_dict_to_numpy
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
 from fl_contract.secure_aggregation import SecureAggregationError
@@ -50,31 +51,12 @@ class FedKTCSDController(SiteAwareController):
     and audits on non-sensitive data only, since anyone who knows it can subtract the noise.
     """
 
-    def __init__(self, *, classes: list[str], autoencoder: str, image_size: int, epsilon: float,
-                 delta: float, adjacency: Adjacency, method: Method, count_noise_multiplier: float,
-                 samples_per_class: int, min_clients: int, min_count: float,
-                 noise_seed: int | None, evaluate: bool, classifier_epochs: int, classifier_min_steps: int,
-                 seed: int):
+    def __init__(self, *, kind: str, params: dict[str, Any]):
         super().__init__(ignore_result_error=True)  # a failed site is handled here, by name
-        if min_clients < MIN_SITES:
-            raise ValueError(f"min_clients must be at least {MIN_SITES} for secure aggregation, got {min_clients}")
+        self.job: FedKTCSDParams = job_params(kind, params, FedKTCSDParams)
         # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
-        self.classes = list(classes)
-        self.autoencoder = autoencoder
-        self.image_size = image_size
-        self.epsilon = epsilon
-        self.delta = delta
-        self.adjacency = adjacency
-        self.method = method
-        self.count_noise_multiplier = count_noise_multiplier
-        self.samples_per_class = samples_per_class
-        self.min_clients = min_clients
-        self.min_count = min_count
-        self.noise_seed = noise_seed
-        self.evaluate = evaluate
-        self.classifier_epochs = classifier_epochs
-        self.classifier_min_steps = classifier_min_steps
-        self.seed = seed
+        self.kind, self.params = kind, params
+        self.classes = list(self.job.classes)
         self._warnings: list[str] = []  # this run's, for results.json
         self._secagg_record: dict[str, Any] = {}  # who took part at each secure-aggregation step, even on a stop
 
@@ -97,8 +79,8 @@ class FedKTCSDController(SiteAwareController):
         loaded = self._load_autoencoder()
         calibration = self._calibrate(loaded.clip_norm)  # before any site works: an impossible budget stops here
         session = f"{self.fl_ctx.get_job_id()}/attempt-1"  # one attempt: a stopped aggregation needs a new job
-        announcement = protocol.announcement(session, self.classes, self.image_size, loaded.identity)
-        secagg = SecureAggregation(session, self.min_clients)
+        announcement = protocol.announcement(session, self.classes, self.job.image_size, loaded.identity)
+        secagg = SecureAggregation(session, self.job.min_clients)
         try:
             total = secure_sum(secagg, announcement, self._send, self.info, self._warn)
             stats = from_ring(total, len(self.classes), loaded.clip_norm)
@@ -107,27 +89,27 @@ class FedKTCSDController(SiteAwareController):
         finally:
             self._secagg_record = secagg.summary()
         sites = secagg.survivors
-        release = release_class_gaussians(stats, calibration, self.noise_seed, min_count=self.min_count,
+        release = release_class_gaussians(stats, calibration, self.job.noise_seed, min_count=self.job.min_count,
                                           autoencoder=loaded.identity, class_names=self.classes)
         for warning in release.manifest["warnings"]:
             self._warn(warning)
-        counts = synthetic_counts(release.gaussians.counts, self.samples_per_class)
-        latents, labels = sample_latents(release.gaussians, counts, self.seed)
-        images = outputs.to_uint8(decode_latents(loaded.model, latents, self.image_size))
+        counts = synthetic_counts(release.gaussians.counts, self.job.samples_per_class)
+        latents, labels = sample_latents(release.gaussians, counts, self.job.seed)
+        images = outputs.to_uint8(decode_latents(loaded.model, latents, self.job.image_size))
         outputs.write_dp_statistics(app_dir / outputs.DP_STATISTICS_FILE, release, self.classes)
         outputs.write_synthetic_set(app_dir / outputs.SYNTHETIC_DIR, images, labels, self.classes)
         outputs.write_class_grids(app_dir / outputs.GRID_DIR, images, labels, self.classes)
         manifest = {**release.manifest, "classes": self.classes, "sites": sites, "session": secagg.session,
                     "secure_aggregation": self._secagg_record,
                     "samples_per_class": {self.classes[c]: n for c, n in zip(release.gaussians.classes, counts)},
-                    "image_size": self.image_size, "sampling_seed": self.seed, "site_agent_version": __version__}
+                    "image_size": self.job.image_size, "sampling_seed": self.job.seed, "site_agent_version": __version__}
         outputs.write_manifest(app_dir / outputs.MANIFEST_FILE, manifest)
         self.info(f"released {len(labels)} synthetic images of classes "
                   f"{[self.classes[c] for c in release.gaussians.classes]} into {app_dir}")
         record: dict[str, Any] = {"sites": sites, "secure_aggregation": self._secagg_record,
                                   "synthetic_images": int(len(labels)),
                                   "release_diagnostics": release.manifest["diagnostics"]}
-        if self.evaluate:
+        if self.job.evaluate:
             record.update(self._evaluation_round(app_dir, sites))
         return {**record, "warnings": self._warnings}
 
@@ -135,9 +117,9 @@ class FedKTCSDController(SiteAwareController):
         local = Path(self.fl_ctx.get_engine().get_workspace().get_site_config_dir())
         try:
             config = ServerConfig.load(local / CONFIG_FILE)
-            return load_autoencoder(config.model_dir(self.autoencoder), select_device(config.device))
+            return load_autoencoder(config.model_dir(self.job.autoencoder), select_device(config.device))
         except (OSError, ValueError) as err:
-            raise JobStopped(f"server cannot load the autoencoder {self.autoencoder!r}: {err}") from err
+            raise JobStopped(f"server cannot load the autoencoder {self.job.autoencoder!r}: {err}") from err
 
     def _send(self, task: str, data: FLModel, targets: list[str] | None) -> dict[str, FLModel]:
         """Results by site name; a failed site is simply absent (the caller decides what that means)."""
@@ -146,15 +128,16 @@ class FedKTCSDController(SiteAwareController):
         if self.abort_signal.triggered and self.stopped_by_flare:
             outcomes = {**{site: "answered" for site in answered}, **self.quiet_site_outcomes(set(answered))}
             raise JobStopped(self.flare_stop_message(f"the {task} task", dict(sorted(outcomes.items())),
-                                                     self.min_clients) + "; nothing was released")
+                                                     self.job.min_clients) + "; nothing was released")
         if self.abort_signal.triggered:
             raise JobAborted(f"aborted during the {task} task; nothing was released")
         return answered
 
     def _calibrate(self, clip_norm: float) -> NoiseCalibration:
         try:
-            return calibrate_noise(self.epsilon, self.delta, clip_norm, self.adjacency, self.method,
-                                   self.count_noise_multiplier)
+            # the parameters' choices are exactly these literals
+            return calibrate_noise(self.job.epsilon, self.job.delta, clip_norm, cast(Adjacency, self.job.adjacency),
+                                   cast(Method, self.job.method), self.job.count_noise_multiplier)
         except ValueError as err:
             raise JobStopped(f"cannot calibrate the DP noise: {err}") from err
 
@@ -171,9 +154,9 @@ class FedKTCSDController(SiteAwareController):
         synthetic set or at a site is warned about.
         """
         images, labels, _ = outputs.read_synthetic_set(app_dir / outputs.SYNTHETIC_DIR)
-        model = train_classifier(images, labels, len(self.classes), self.classifier_epochs, self.seed,
-                                 min_steps=self.classifier_min_steps)
-        budget = training_budget(len(labels), self.classifier_epochs, self.classifier_min_steps, BATCH_SIZE)
+        model = train_classifier(images, labels, len(self.classes), self.job.classifier_epochs, self.job.seed,
+                                 min_steps=self.job.classifier_min_steps)
+        budget = training_budget(len(labels), self.job.classifier_epochs, self.job.classifier_min_steps, BATCH_SIZE)
         on_synthetic = int(len(np.unique(predict(model, images))))
         if on_synthetic == 1 and len(np.unique(labels.numpy())) > 1:
             self._warn("the classifier predicts one class on its own synthetic training set: raise "
@@ -192,13 +175,13 @@ class FedKTCSDController(SiteAwareController):
                 "evaluation": scores}
 
     def _job_summary(self) -> dict[str, Any]:
-        return {"workflow": "fedkt_csd", "classes": self.classes, "autoencoder": self.autoencoder,
-                "image_size": self.image_size, "epsilon": self.epsilon, "delta": self.delta,
-                "adjacency": self.adjacency, "method": self.method,
-                "count_noise_multiplier": self.count_noise_multiplier, "samples_per_class": self.samples_per_class,
-                "min_clients": self.min_clients, "min_count": self.min_count, "evaluate": self.evaluate,
-                "classifier_epochs": self.classifier_epochs, "classifier_min_steps": self.classifier_min_steps,
-                "seed": self.seed}
+        return {"workflow": "fedkt_csd", "classes": self.classes, "autoencoder": self.job.autoencoder,
+                "image_size": self.job.image_size, "epsilon": self.job.epsilon, "delta": self.job.delta,
+                "adjacency": self.job.adjacency, "method": self.job.method,
+                "count_noise_multiplier": self.job.count_noise_multiplier, "samples_per_class": self.job.samples_per_class,
+                "min_clients": self.job.min_clients, "min_count": self.job.min_count, "evaluate": self.job.evaluate,
+                "classifier_epochs": self.job.classifier_epochs, "classifier_min_steps": self.job.classifier_min_steps,
+                "seed": self.job.seed}
 
 
 Send = Callable[[str, FLModel, list[str] | None], dict[str, FLModel]]

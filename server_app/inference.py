@@ -16,34 +16,32 @@ import numpy as np
 import torch
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
+from fl_contract.job_params import InferenceParams, job_params
 from fl_contract.models import build_model, load_numpy_params
-from fl_contract.segmentation import INFERENCE_TASK
+from fl_contract.segmentation import INFERENCE_TASK, MODEL
 from server_app.aggregation import missing_sites, scalar_metrics, site_name
 from server_app.results import RunRecorder
 from server_app.selection import Params
 from server_app.server_config import CONFIG_FILE, ServerConfig
-from server_app.site_watch import SiteAwareController
+from server_app.site_watch import LATE_SITE_WAIT_S, SiteAwareController
 
 
 class InferenceController(SiteAwareController):
     """Loads `<models[model_key]>/<model_file>`, checks it fits `model` with `model_args`, sends it in one `infer`
     task and records each site's counts and timings in results.json."""
 
-    def __init__(self, *, model_key: str, model_file: str, model: str, model_args: dict[str, Any] | None,
-                 min_clients: int, late_site_wait_s: int = 600):
+    def __init__(self, *, kind: str, params: dict[str, Any]):
         super().__init__()
+        self.job: InferenceParams = job_params(kind, params, InferenceParams)
         # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
-        self.model_key = model_key
-        self.model_file = model_file
-        self.model = model
-        self.model_args = model_args or {}
-        self.min_clients = min_clients
-        self.late_site_wait_s = late_site_wait_s
+        self.kind, self.params = kind, params
+        self.model_key, self.model_file, self.model = self.job.model, self.job.model_file, MODEL
+        self.model_args = self.job.model_args()
 
     def run(self) -> None:
         recorder = RunRecorder(Path(self.get_app_dir()), {"workflow": "inference", "model": self.model,
                                                           "model_args": self.model_args, "model_key": self.model_key,
-                                                          "model_file": self.model_file, "min_clients": self.min_clients})
+                                                          "model_file": self.model_file, "min_clients": self.job.min_clients})
         try:
             params, identity = self._load_model()
         except (OSError, ValueError, RuntimeError) as err:
@@ -54,8 +52,9 @@ class InferenceController(SiteAwareController):
         recorder.record["model_identity"] = identity
         self.info(f"sending {identity['path']} (sha256 {identity['sha256'][:12]}) to the sites")
         data = FLModel(params=params, params_type=ParamsType.FULL)
-        results = cast(list[FLModel], self.broadcast_model(data=data, task_name=INFERENCE_TASK, min_responses=self.min_clients,
-                                                           wait_time_after_min_received=self.late_site_wait_s))
+        results = cast(list[FLModel], self.broadcast_model(data=data, task_name=INFERENCE_TASK,
+                                                           min_responses=self.job.min_clients,
+                                                           wait_time_after_min_received=LATE_SITE_WAIT_S))
         sites = {site_name(r): scalar_metrics(r) for r in sorted(results, key=site_name)}
         recorder.record["sites"] = sites
         recorder.record["no_result"] = missing_sites(self.site_names(), sites)
@@ -63,11 +62,11 @@ class InferenceController(SiteAwareController):
         if quiet:
             recorder.record["outcomes"] = quiet
         if self.abort_signal.triggered and self.stopped_by_flare:
-            recorder.finish("failed", error=self.flare_stop_message("inference", quiet, self.min_clients))
+            recorder.finish("failed", error=self.flare_stop_message("inference", quiet, self.job.min_clients))
         elif self.abort_signal.triggered:
             recorder.finish("aborted", error="aborted during inference")
-        elif len(sites) < self.min_clients:
-            recorder.finish("failed", error=f"{len(sites)} sites answered, the job needs {self.min_clients}")
+        elif len(sites) < self.job.min_clients:
+            recorder.finish("failed", error=f"{len(sites)} sites answered, the job needs {self.job.min_clients}")
         else:
             recorder.finish("finished")
 

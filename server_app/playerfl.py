@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
+from fl_contract.job_params import PLayerFLParams, job_params
 from fl_contract.models import build_model
 from fl_contract.playerfl import protocol
 from fl_contract.playerfl.layers import Layer, model_layers, prefix_keys
@@ -45,34 +46,16 @@ class PLayerFLController(RoundWorkflow):
     results.json.
     """
 
-    def __init__(
-        self,
-        *,
-        num_rounds: int,
-        model: str,
-        model_args: dict[str, Any] | None,
-        method: str,
-        threshold: float,
-        curve_normalisation: str,
-        playerfl_split: int,
-        min_clients: int,
-        seed: int,
-    ):
+    def __init__(self, *, kind: str, params: dict[str, Any]):
         super().__init__()
-        self._contract = get_method(method)
+        self.job: PLayerFLParams = job_params(kind, params, PLayerFLParams)
         # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
-        self.num_rounds = num_rounds
-        self.model = model
-        self.model_args = model_args or {}
-        self.method = method
-        self.threshold = threshold
-        self.curve_normalisation = curve_normalisation
-        self.playerfl_split = playerfl_split
-        self.min_clients = min_clients
-        self.seed = seed
+        self.kind, self.params = kind, params
+        self._contract = get_method(self.job.method)
+        self.model_args = self.job.model_arguments()
 
     def setup(self) -> None:
-        net = build_model(self.model, **self.model_args)
+        net = build_model(self.job.model, **self.model_args)
         self.layers = model_layers(net)
         state = net.state_dict()
         self.global_params: Params = {k: state[k].numpy().copy() for layer in self.layers for k in layer.keys}
@@ -86,7 +69,7 @@ class PLayerFLController(RoundWorkflow):
             self.shared = self.up_front["federated_layers"]
 
     def send_round(self, round_index: int) -> list[FLModel]:
-        self.info(f"round {round_index + 1}/{self.num_rounds}: sending the first {self.shared} of "
+        self.info(f"round {round_index + 1}/{self.job.num_rounds}: sending the first {self.shared} of "
                   f"{len(self.layers)} layers")
         return self._send(protocol.TRAIN_TASK, self.global_params, self.layers, self.shared, round_index)
 
@@ -118,15 +101,15 @@ class PLayerFLController(RoundWorkflow):
 
     def finish_run(self) -> bool:
         """Every site evaluates its best-validation model on its held-out split; the federation's summary."""
-        results = self._send(protocol.EVALUATE_TASK, self.global_params, self.layers, self.shared, self.num_rounds)
+        results = self._send(protocol.EVALUATE_TASK, self.global_params, self.layers, self.shared, self.job.num_rounds)
         if self.abort_signal.triggered:
             self.stopped("the final evaluation")
             return False
         evaluation = {site_name(r): {**scalar_metrics(r), WEIGHT: int(reported_samples(r))}
                       for r in sorted(results, key=site_name)}
-        if len(evaluation) < self.min_clients:
+        if len(evaluation) < self.job.min_clients:
             missing = missing_sites(self.site_names(), evaluation)
-            self.fail(f"evaluation: only {len(evaluation)} sites answered, the job needs {self.min_clients}; no "
+            self.fail(f"evaluation: only {len(evaluation)} sites answered, the job needs {self.job.min_clients}; no "
                       f"evaluation from {missing}")
             return False
         self.recorder.save_model(self.model_to_save())
@@ -137,9 +120,9 @@ class PLayerFLController(RoundWorkflow):
     def _send(self, task: str, global_params: Params, layers: list[Layer], shared: int, round_index: int) -> list[FLModel]:
         """Send the first `shared` layers' global values with the method's name to every site; wait for all."""
         params = {k: global_params[k] for k in prefix_keys(layers, shared)}
-        meta = {protocol.METHOD: self.method, protocol.SHARED_LAYERS: shared}
+        meta = {protocol.METHOD: self.job.method, protocol.SHARED_LAYERS: shared}
         message = FLModel(params=params, params_type=ParamsType.FULL, current_round=round_index,
-                          total_rounds=self.num_rounds, meta=meta)
+                          total_rounds=self.job.num_rounds, meta=meta)
         results: list[FLModel] = self.send_model_and_wait(task_name=task, data=message)
         return results
 
@@ -156,15 +139,16 @@ class PLayerFLController(RoundWorkflow):
     def _split(self, curves: Mapping[str, Any], num_samples: Mapping[str, int], layers: list[Layer]) -> dict[str, Any]:
         """Choose p with the method's rule from the sites' curves (if any); returns the record a researcher needs
         to see why."""
-        inputs = SplitInputs([layer.name for layer in layers], curves, num_samples, self.threshold, self.seed,
-                             self.curve_normalisation, self.playerfl_split)
-        return SPLIT_RULES[self.method](inputs, self.info)
+        inputs = SplitInputs([layer.name for layer in layers], curves, num_samples, self.job.threshold, self.job.seed,
+                             self.job.curve_normalisation, self.job.playerfl_split)
+        return SPLIT_RULES[self.job.method](inputs, self.info)
 
     def job_summary(self) -> dict[str, Any]:
-        return {"workflow": "playerfl", "method": self.method, "model": self.model, "model_args": self.model_args,
-                "num_rounds": self.num_rounds, "threshold": self.threshold,
-                "curve_normalisation": self.curve_normalisation, "playerfl_split": self.playerfl_split, "seed": self.seed,
-                "layers": [layer.name for layer in self.layers]}
+        job = self.job
+        return {"workflow": "playerfl", "method": job.method, "model": job.model, "model_args": self.model_args,
+                "num_rounds": job.num_rounds, "threshold": job.threshold,
+                "curve_normalisation": job.curve_normalisation, "playerfl_split": job.playerfl_split,
+                "seed": job.seed, "layers": [layer.name for layer in self.layers]}
 
 
 def check_layers(update: SiteUpdate, global_params: Params, shared: list[Layer], partial: bool) -> None:

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from fl_contract.playerfl.protocol import NORMALISATIONS
+
 THRESHOLD_GRID = (1.1, 1.25, 1.5, 2.0, 3.0, 5.0)
-NORMALISATIONS = ("total", "first_layer")
 
 Curve = Sequence[float] | np.ndarray
 

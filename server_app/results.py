@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-RESULTS_FILE = "results.json"
-GLOBAL_MODEL_FILE = "global_model.pt"
-BEST_MODEL_FILE = "best_global_model.pt"
+from fl_contract.result_files import BEST_MODEL_FILE, GLOBAL_MODEL_FILE, RESULTS_FILE
+
+__all__ = ["BEST_MODEL_FILE", "GLOBAL_MODEL_FILE", "RESULTS_FILE", "RunRecorder"]
 
 
 class RunRecorder:

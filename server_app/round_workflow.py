@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from nvflare.app_common.abstract.fl_model import FLModel
@@ -31,18 +31,27 @@ from server_app.results import RunRecorder
 from server_app.site_watch import SiteAwareController, in_words
 
 
-class RoundWorkflow(SiteAwareController):
-    """A ModelController whose `run` is the shared round loop; subclasses set `num_rounds`, `min_clients` and
-    `seed` in their constructor and implement the hooks."""
+class RoundJob(Protocol):
+    """What the round loop reads of a kind's parameters."""
 
-    num_rounds: int
-    min_clients: int
-    seed: int
+    @property
+    def num_rounds(self) -> int: ...
+    @property
+    def min_clients(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+
+
+class RoundWorkflow(SiteAwareController):
+    """A ModelController whose `run` is the shared round loop; subclasses set `job` (the kind's parameters, rebuilt
+    from the job's JSON) in their constructor and implement the hooks."""
+
+    job: RoundJob
 
     # --- the loop -------------------------------------------------------------------------------------------------
 
     def run(self) -> None:
-        torch.manual_seed(self.seed)
+        torch.manual_seed(self.job.seed)
         self.setup()
         summary = self.job_summary()
         self.recorder = RunRecorder(Path(self.get_app_dir()), summary)
@@ -59,15 +68,15 @@ class RoundWorkflow(SiteAwareController):
             self.info(f"resuming run {self.checkpoint.first_run} after round {start}")
         else:
             self.before_rounds()
-        for round_index in range(start, self.num_rounds):
+        for round_index in range(start, self.job.num_rounds):
             results = self.send_round(round_index)
             if self.abort_signal.triggered:
                 return self.stopped(f"round {round_index + 1}", results, round_index)
             intake = take_updates(results, self.site_names(), self.update_check(round_index), self.error)
             entry: dict[str, Any] = {"round": round_index + 1, **intake.record(), "outcomes": self.outcomes(intake)}
-            if len(intake.updates) < self.min_clients:
+            if len(intake.updates) < self.job.min_clients:
                 return self.fail(f"round {round_index + 1}: only {len(intake.updates)} valid updates, the job needs "
-                                 f"{self.min_clients}; {in_words(entry['outcomes'])}", failed_round=entry)
+                                 f"{self.job.min_clients}; {in_words(entry['outcomes'])}", failed_round=entry)
             self.aggregate(round_index, intake, entry)
             self.recorder.add_round(entry)
             state, params = self.checkpoint_state()
@@ -141,7 +150,7 @@ class RoundWorkflow(SiteAwareController):
             extra: dict[str, Any] = {"outcomes": outcomes}
         else:
             extra = {"failed_round": {"round": round_index + 1, "outcomes": outcomes}}
-        self.stop("failed", self.flare_stop_message(where, outcomes, self.min_clients), **extra)
+        self.stop("failed", self.flare_stop_message(where, outcomes, self.job.min_clients), **extra)
 
     def stop(self, status: str, reason: str, **extra: Any) -> None:
         """End early with the completed rounds and the last model kept; the checkpoint stays for a resume."""

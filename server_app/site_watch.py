@@ -21,6 +21,9 @@ from nvflare.app_common.workflows.model_controller import ModelController
 
 from server_app.site_events import describe, last_event_by_site
 
+LATE_SITE_WAIT_S = 600
+"""Seconds a task waits for the other sites once `min_clients` answered (a site FLARE deems dead ends it sooner)."""
+
 
 class SiteAwareController(ModelController):
     """A ModelController that can say, at any point of its run, why a site went quiet and who stopped the run."""

@@ -26,6 +26,7 @@ No reason quotes a site-local path.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -41,7 +42,9 @@ from nvflare.lighter.tool_consts import NVFLARE_SIG_FILE, NVFLARE_SUBMITTER_CRT_
 from nvflare.private.fed.utils.app_authz import AppAuthzService
 from nvflare.private.fed.utils.app_deployer import AppDeployer
 
+from fl_contract.job_params import job_params
 from fl_contract.job_privacy import PARAMETERS, SitePrivacy
+from fl_contract.params import JobParams, ParameterError
 from site_agent.accounting import job_spend
 from site_agent.audit import JOB_ACCEPTED, JOB_REFUSED, AuditLog
 from site_agent.policy import PolicyInForce
@@ -114,9 +117,17 @@ def declaration_refusal(component: dict[str, Any], privacy: SitePrivacy, kind_ta
     if expected != path:
         return f"the job declares kind {privacy.kind!r}, whose site task here is {expected!r}, but runs {path!r}"
     args = component.get("args", {})
-    differ = [f"{n}={args[n]!r} (declared {getattr(privacy, n)!r})" for n in PARAMETERS
-              if n in args and args[n] != getattr(privacy, n)]
-    return f"the site task's arguments differ from the job's declaration: {', '.join(differ)}" if differ else ""
+    if not isinstance(args, dict) or args.get("kind") != privacy.kind or not isinstance(args.get("params"), dict):
+        return (f"the site task's arguments do not carry the declared kind {privacy.kind!r} and its parameters; "
+                "rebuild the job with the jobs/ definitions")
+    try:
+        params = job_params(privacy.kind, args["params"], JobParams)
+    except ParameterError as exc:
+        return f"the job's parameters are not valid here: {exc}"
+    actual = SitePrivacy.declare(privacy.kind, privacy.release, dataclasses.asdict(params))
+    differ = [f"{n}={getattr(actual, n)!r} (declared {getattr(privacy, n)!r})" for n in PARAMETERS
+              if getattr(actual, n) != getattr(privacy, n)]
+    return f"the site task's parameters differ from the job's declaration: {', '.join(differ)}" if differ else ""
 
 
 def dataset_refusal(args: dict[str, Any], keys: list[str], datasets: dict[str, str]) -> str:
@@ -137,7 +148,7 @@ def site_task_refusal(config: dict[str, Any], privacy: SitePrivacy, kind_tasks: 
         return "the job's site configuration has no executor"
     for executor in executors:
         reason = declaration_refusal(executor, privacy, kind_tasks) or \
-            dataset_refusal(executor.get("args", {}), dataset_keys, datasets)
+            dataset_refusal(executor.get("args", {}).get("params", {}), dataset_keys, datasets)
         if reason:
             return reason
     return ""

@@ -13,6 +13,9 @@ from fl_contract.playerfl.methods import REGISTRY
 METHODS: tuple[str, ...] = tuple(REGISTRY)
 """local, fedavg, fedprox, ditto, fedbabu, fedlp, pfedme, playerfl, playerfl_random."""
 
+NORMALISATIONS = ("total", "first_layer")
+"""How each site's cumulative sensitivity curve is normalised before the server averages the sites' curves."""
+
 TRAIN_TASK = "train"
 EVALUATE_TASK = "evaluate"
 

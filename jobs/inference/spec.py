@@ -8,37 +8,8 @@ site_agent.json. Sites send back counts and timings only. See docs/segmentation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fl_contract.segmentation import MODEL
-from jobs.segmentation.spec import SegResNetParams
-from jobs.spec import Apps, JobKind, param
-from server_app.results import BEST_MODEL_FILE
-
-
-@dataclass(frozen=True)
-class InferenceParams(SegResNetParams):
-    model: str = param("brats", "key of the model's folder in the server's local/server_app.json (\"models\"), e.g. "
-                                "a finished segmentation run's app_server/ folder")
-    model_file: str = param(BEST_MODEL_FILE, "the state_dict file in that folder: best_global_model.pt (selected on "
-                                             "validation) or global_model.pt (the last)")
-    dataset: str = param("brats_inference", "dataset key sites map to the folder of cases to segment (one sub-folder "
-                                            "per case, the four modalities; labels not needed)")
-    output: str = param("brats_results", "dataset key sites map to the folder the label maps and DICOM SEGs go to (a "
-                                         "sub-folder per job)")
-    min_clients: int = param(1, "sites that must answer", low=1)
-    seed: int = param(0, "seed of the site's task (inference itself draws nothing at random)")
-
-
-def _apps(p: InferenceParams) -> Apps:
-    return Apps(
-        controller={"model_key": p.model, "model_file": p.model_file, "model": MODEL, "model_args": p.model_args(),
-                    "min_clients": p.min_clients},
-        site_task={"model_args": p.model_args(), "dataset": p.dataset, "output": p.output, "roi_size": list(p.roi_size),
-                   "label_map": p.label_map, "model_description": f"{p.model}/{p.model_file}",
-                   "resample_ras_1mm": p.resample_ras_1mm, "seed": p.seed},
-    )
-
+from fl_contract.job_params.inference import InferenceParams
+from jobs.spec import JobKind
 
 KIND = JobKind(
     name="brats-inference",
@@ -47,9 +18,10 @@ KIND = JobKind(
     params=InferenceParams,
     controller="server_app.inference.InferenceController",
     site_task="site_agent.tasks.inference.InferenceTask",
-    apps=_apps,
     dataset_keys=("dataset", "output"),
     server_model_keys=("model",),
     resumable=False,  # one task: resubmit it
     guide="docs/segmentation.md",
 )
+
+__all__ = ["KIND", "InferenceParams"]

@@ -8,14 +8,11 @@ model (site-weighted validation Dice) is saved as best_global_model.pt and score
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from fl_contract.labels import LABEL_MAPS
-from fl_contract.segmentation import MODEL, SELECTION_METRIC, TEST_CASES, TEST_METRIC, VAL_CASES, min_roi_divisor
+from fl_contract.job_params.segmentation import SegmentationParams, SegResNetParams
 from jobs import tracking
-from jobs.spec import Apps, FederationParams, JobKind, ParameterError, param
-from server_app.aggregation import RULES
+from jobs.spec import Extras, JobKind
 
 CPU_DEMO: dict[str, Any] = {"roi_size": (32, 32, 32), "init_filters": 8, "blocks_down": (1, 1, 1), "blocks_up": (1, 1),
                             "dropout_prob": 0.0, "learning_rate": 1e-2, "val_fraction": 0.2, "test_fraction": 0.2}
@@ -24,93 +21,8 @@ CPU_DEMO_DATA: dict[str, Any] = {"n_cases": 5, "shape": (32, 32, 32), "layout": 
 """`write_brats_site` arguments for a CPU_DEMO site: 3 training, 1 validation and 1 test case."""
 
 
-@dataclass(frozen=True)
-class SegResNetParams(FederationParams):
-    """The network and label map, shared by every job kind that runs the segmentation model (training, inference)."""
-
-    roi_size: tuple[int, ...] = param((224, 224, 144), "training crop and sliding-window size, 3 ints, multiples of "
-                                                       "2^(len(blocks_down)-1) (NVIDIA FLARE's BraTS 2018 crop)", low=8)
-    init_filters: int = param(16, "SegResNet width (a multiple of 8)", low=8)
-    blocks_down: tuple[int, ...] = param((1, 2, 2, 4), "SegResNet residual blocks per encoder level", low=1)
-    blocks_up: tuple[int, ...] = param((1, 1, 1), "SegResNet blocks per decoder level (one fewer than blocks_down)",
-                                       low=1)
-    dropout_prob: float = param(0.2, "dropout", low=0.0, high=0.9)
-    label_map: str = param("brats2021", "brats2021 (enhancing = 4; BraTS 2018-2021, FeTS) or brats2023 (enhancing = 3)",
-                           choices=sorted(LABEL_MAPS))
-    resample_ras_1mm: bool = param(False, "reorient every case to RAS and resample it to 1 mm voxels before the network "
-                                          "(MONAI Orientationd/Spacingd), for sites whose cases are not "
-                                          "BraTS-preprocessed; inference writes its label maps back on the case's grid")
-
-    def check(self) -> None:
-        divisor = min_roi_divisor(self.blocks_down)
-        if len(self.roi_size) != 3 or any(s % divisor for s in self.roi_size):
-            raise ParameterError(f"roi_size {list(self.roi_size)}: give 3 sizes, each a multiple of {divisor} for "
-                                 f"{len(self.blocks_down)} SegResNet levels")
-        if len(self.blocks_up) != len(self.blocks_down) - 1:
-            raise ParameterError(f"blocks_up {list(self.blocks_up)}: give one entry fewer than blocks_down "
-                                 f"{list(self.blocks_down)}")
-        if self.init_filters % 8:
-            raise ParameterError(f"init_filters={self.init_filters}: SegResNet's GroupNorm needs a multiple of 8")
-
-    def model_args(self) -> dict[str, Any]:
-        """The arguments of fl_contract.models' `segresnet`, as the job's JSON carries them."""
-        return {"init_filters": self.init_filters, "blocks_down": list(self.blocks_down),
-                "blocks_up": list(self.blocks_up), "dropout_prob": self.dropout_prob}
-
-
-@dataclass(frozen=True)
-class SegmentationParams(SegResNetParams):
-    num_rounds: int = param(20, "FedAvg rounds; then a validate task scores the final model and a test task "
-                                 "the selected one", low=1)
-    local_epochs: int = param(1, "passes over the site's training cases per round", low=1)
-    learning_rate: float = param(1e-4, "Adam step size", low=0.0)
-    weight_decay: float = param(1e-5, "Adam weight decay", low=0.0)
-    batch_size: int = param(1, "cases per training batch", low=1)
-    val_fraction: float = param(0.2, "share of each site's cases held out for validation: every model is scored "
-                                     "on them and the best is selected (seeded, at least 1 case)", low=0.01, high=0.9)
-    test_fraction: float = param(0.2, "share of each site's cases held out for testing: only the selected model is "
-                                      "scored on them, once, for the final report (seeded, at least 1 case; 0 = no "
-                                      "test split)", low=0.0, high=0.9)
-    cache_rate: float = param(1.0, "share of decoded, normalised cases kept in memory (lower it for large sites)",
-                              low=0.0, high=1.0)
-    aggregation: str = param("weighted_mean", "weighted_mean (FedAvg, weights = training cases), median or "
-                                              "trimmed_mean", choices=sorted(RULES))
-    trim_fraction: float = param(0.1, "share dropped at each end by trimmed_mean", low=0.0, high=0.49)
-    dp_clip_norm: float = param(0.0, "client-side DP: L2 clip of the weight difference (0 = no client-side DP)",
-                                low=0.0)
-    dp_noise_multiplier: float = param(0.0, "client-side DP: noise std = multiplier x clip, reported by every site as "
-                                            "dp_noise_std", low=0.0)
-    tracking: bool = param(True, "per-site metrics to TensorBoard through FLARE's experiment tracking")
-    min_clients: int = param(2, "sites that must answer each round", low=1)
-    dataset: str = param("brats", "dataset key sites map to their glioma cases in site_agent.json")
-    seed: int = param(0, "initial weights, case split, augmentation, batch order")
-
-    def check(self) -> None:
-        super().check()
-        if self.val_fraction + self.test_fraction >= 1.0:
-            raise ParameterError(f"val_fraction={self.val_fraction} and test_fraction={self.test_fraction} leave no "
-                                 "training cases: keep their sum below 1")
-
-
-def _apps(p: SegmentationParams) -> Apps:
-    model_args = p.model_args()
-    server_extras, site_extras = tracking.extras(p.tracking)
-    return Apps(
-        controller={"num_rounds": p.num_rounds, "model": MODEL, "model_args": model_args,
-                    "aggregation": p.aggregation, "trim_fraction": p.trim_fraction, "min_clients": p.min_clients,
-                    "selection_metric": SELECTION_METRIC, "selection_weight": VAL_CASES,
-                    "test_metric": TEST_METRIC if p.test_fraction > 0 else None, "test_weight": TEST_CASES,
-                    "seed": p.seed},
-        site_task={"model_args": model_args, "dataset": p.dataset, "roi_size": list(p.roi_size),
-                   "label_map": p.label_map, "local_epochs": p.local_epochs, "batch_size": p.batch_size,
-                   "learning_rate": p.learning_rate, "weight_decay": p.weight_decay, "val_fraction": p.val_fraction,
-                   "test_fraction": p.test_fraction, "resample_ras_1mm": p.resample_ras_1mm,
-                   "cache_rate": p.cache_rate, "dp_clip_norm": p.dp_clip_norm,
-                   "dp_noise_multiplier": p.dp_noise_multiplier,
-                   "analytic_sender_id": tracking.sender_id(p.tracking), "seed": p.seed},
-        server_extras=server_extras,
-        site_extras=site_extras,
-    )
+def _extras(p: SegmentationParams) -> Extras:
+    return tracking.extras(p.tracking)
 
 
 KIND = JobKind(
@@ -120,10 +32,12 @@ KIND = JobKind(
     params=SegmentationParams,
     controller="server_app.fedavg.FedAvgController",
     site_task="site_agent.tasks.segmentation.SegmentationTask",
-    apps=_apps,
+    extras=_extras,
     dataset_keys=("dataset",),
     site_classes=tracking.SITE_CLASSES,
     server_classes=tracking.SERVER_CLASSES,
     demo="jobs.segmentation.demo:DEMOS",
     guide="docs/segmentation.md",
 )
+
+__all__ = ["CPU_DEMO", "CPU_DEMO_DATA", "KIND", "SegResNetParams", "SegmentationParams"]

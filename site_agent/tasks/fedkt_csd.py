@@ -12,10 +12,13 @@ sharing; `evaluate` (optional) scores the server's classifier on the site's held
 
 from __future__ import annotations
 
+from typing import Any
+
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from fl_contract.fedkt import MIN_SITES, protocol
 from fl_contract.fedkt.classifier import build_classifier, evaluate_classifier
+from fl_contract.job_params import FedKTCSDParams, job_params
 from fl_contract.job_privacy import DP_STATISTICS
 from fl_contract.models import load_numpy_params
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
@@ -33,22 +36,19 @@ class FedKTCSDTask(TaskExecutor):
 
     RELEASE = DP_STATISTICS
 
-    def __init__(self, *, classes: list[str], dataset: str, autoencoder: str, image_size: int,
-                 holdout_fraction: float, reviewed_statistics: str | None,
-                 seed: int):
-        super().__init__(seed=seed)
-        self.classes = list(classes)
-        self.dataset = dataset
-        self.autoencoder = autoencoder
-        self.image_size = image_size
-        self.holdout_fraction = holdout_fraction
-        self.reviewed_statistics = reviewed_statistics
+    def __init__(self, *, kind: str, params: dict[str, Any]):
+        job = job_params(kind, params, FedKTCSDParams)
+        super().__init__(seed=job.seed)
+        # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
+        self.kind, self.params, self.job = kind, params, job
+        self.classes = list(job.classes)
+        self.reviewed_statistics = job.reviewed_statistics or None
         self._loaded: LoadedAutoencoder | None = None
         self._secagg: SecureAggregationSite | None = None
 
     def task_keys(self, model: FLModel, ctx: SiteContext) -> FLModel:
-        self._loaded = load_autoencoder(ctx.data_dir(self.autoencoder), ctx.device)
-        session = protocol.check_announcement(model.meta, ctx.site_name, self.classes, self.image_size,
+        self._loaded = load_autoencoder(ctx.data_dir(self.job.autoencoder), ctx.device)
+        session = protocol.check_announcement(model.meta, ctx.site_name, self.classes, self.job.image_size,
                                               self._loaded.identity)
         policy = PolicyInForce.read(ctx.workspace_dir / "local").policy  # the site's floor, if it set one
         floor = max(MIN_SITES, policy.min_secure_aggregation_sites if policy else MIN_SITES)
@@ -64,12 +64,12 @@ class FedKTCSDTask(TaskExecutor):
     def task_statistics(self, model: FLModel, ctx: SiteContext) -> FLModel:
         secagg = self._session_for(model, ctx)
         assert self._loaded is not None  # loaded with the session's keys
-        settings = ExportSettings(self.classes, self.image_size, self.holdout_fraction, self.seed)
+        settings = ExportSettings(self.classes, self.job.image_size, self.job.holdout_fraction, self.seed)
         if self.reviewed_statistics:
             vector = read_export(ctx.data_dir(self.reviewed_statistics), settings, self._loaded.identity)
         else:
-            vector = statistics_vector(self._loaded, ctx.data_dir(self.dataset), self.classes, self.image_size,
-                                       self.holdout_fraction, self.seed, ctx.config.compute.encode_batch_size)
+            vector = statistics_vector(self._loaded, ctx.data_dir(self.job.dataset), self.classes, self.job.image_size,
+                                       self.job.holdout_fraction, self.seed, ctx.config.compute.encode_batch_size)
         self.note_for_audit(statistics_sha256=payload_sha256(vector))  # matches the reviewed export's payload_sha256
         masked = secagg.mask(vector, model.meta[protocol.SITES], protocol.addressed_to(ctx.site_name, model.params))
         return FLModel(params={protocol.MASKED: masked})
@@ -81,9 +81,9 @@ class FedKTCSDTask(TaskExecutor):
         return FLModel(params=protocol.revealed_params(self_seeds, mask_keys))
 
     def task_evaluate(self, model: FLModel, ctx: SiteContext) -> FLModel:
-        split = load_split(ctx.data_dir(self.dataset), self.classes, self.holdout_fraction, self.seed)
-        held_out = read_images(split.holdout, self.image_size)
-        classifier = build_classifier(self.image_size, len(self.classes))
+        split = load_split(ctx.data_dir(self.job.dataset), self.classes, self.job.holdout_fraction, self.seed)
+        held_out = read_images(split.holdout, self.job.image_size)
+        classifier = build_classifier(self.job.image_size, len(self.classes))
         load_numpy_params(classifier, model.params)
         return FLModel(metrics=evaluate_classifier(classifier, held_out.images, held_out.labels, self.classes))
 

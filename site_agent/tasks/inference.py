@@ -10,12 +10,12 @@ label maps never leave the site.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel
 
+from fl_contract.job_params import InferenceParams, job_params
 from fl_contract.job_privacy import COUNTS
 from fl_contract.labels import LABEL_MAPS
 from fl_contract.models import build_model, load_numpy_params
@@ -38,32 +38,26 @@ class InferenceTask(TaskExecutor):
 
     RELEASE: ClassVar[str] = COUNTS
 
-    def __init__(self, *, model_args: dict[str, Any] | None, dataset: str, output: str, roi_size: Sequence[int],
-                 label_map: str, model_description: str, resample_ras_1mm: bool, grid: GridPolicy = "refuse",
-                 sw_batch_size: int = 1, sw_overlap: float = 0.5, seed: int):
-        super().__init__(seed=seed)
-        self.model_args = model_args or {}
-        self.dataset = dataset
-        self.output = output
-        self.roi_size = list(roi_size)
-        self.label_map = label_map
-        self.model_description = model_description
-        self.resample_ras_1mm = resample_ras_1mm
-        self.grid = grid
-        self.sw_batch_size = sw_batch_size
-        self.sw_overlap = sw_overlap
+    def __init__(self, *, kind: str, params: dict[str, Any]):
+        job = job_params(kind, params, InferenceParams)
+        super().__init__(seed=job.seed)
+        # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
+        self.kind, self.params, self.job = kind, params, job
+        self.model_args = job.model_args()
+        self.model_description = f"{job.model}/{job.model_file}"
+        self.grid = cast(GridPolicy, job.grid)
 
     def task_infer(self, model: FLModel, ctx: SiteContext) -> FLModel:
         started = time.perf_counter()
         with surface_data_errors():
-            cases = discover_cases(ctx.data_dir(self.dataset), require_labels=False)
+            cases = discover_cases(ctx.data_dir(self.job.dataset), require_labels=False)
         net = build_model(MODEL, **self.model_args)
         load_numpy_params(net, model.params)
-        out_dir = ctx.data_dir(self.output) / ctx.job_id
+        out_dir = ctx.data_dir(self.job.output) / ctx.job_id
         self.logger.info(f"segmenting {len(cases)} cases on {ctx.device} into {out_dir}")
-        outputs = segment_cases(net.to(ctx.device), cases, out_dir, self.roi_size, ctx.device, LABEL_MAPS[self.label_map],
-                                self.model_description, self.grid, self.sw_batch_size, self.sw_overlap,
-                                self.resample_ras_1mm, lambda: ctx.abort_signal.triggered)
+        outputs = segment_cases(net.to(ctx.device), cases, out_dir, self.job.roi_size, ctx.device, LABEL_MAPS[self.job.label_map],
+                                self.model_description, self.grid, self.job.sw_batch_size, self.job.sw_overlap,
+                                self.job.resample_ras_1mm, lambda: ctx.abort_signal.triggered)
         seconds = np.array([o.seconds for o in outputs] or [0.0])
         self.logger.info(f"wrote {len(outputs)} label maps into {out_dir}")
         return FLModel(metrics={CASES_SEGMENTED: float(len(outputs)),

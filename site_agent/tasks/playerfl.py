@@ -28,9 +28,11 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from fl_contract.job_meta import RESUMED_FROM_KEY
+from fl_contract.job_params import PLayerFLParams, job_params
 from fl_contract.models import build_model, load_numpy_params
 from fl_contract.playerfl import protocol
 from fl_contract.playerfl.layers import Layer, model_layers, prefix_keys
+from fl_contract.tracking import sender_id
 from site_agent.data.isic import IsicRecord
 from site_agent.playerfl.data import IsicImages, SiteSplits, class_weights, load_site_splits
 from site_agent.playerfl.methods import MethodOptions, SiteMethod, site_method
@@ -55,51 +57,17 @@ class _Site:
 class PLayerFLTask(TrackedTask):
     """PLayer-FL and its baselines at a site (reference hyper-parameters: docs/algorithms.md#baselines)."""
 
-    def __init__(
-        self,
-        *,
-        method: str,
-        model: str,
-        model_args: dict[str, Any] | None,
-        dataset: str,
-        image_size: int,
-        local_epochs: int,
-        batch_size: int,
-        learning_rate: float,
-        weight_decay: float,
-        focal_gamma: float,
-        fedprox_mu: float,
-        ditto_lambda: float,
-        fedlp_keep: float,
-        pfedme_lambda: float,
-        pfedme_steps: int,
-        finetune_epochs: int,
-        analytic_sender_id: str,
-        seed: int,
-    ):
-        super().__init__(seed=seed, analytic_sender_id=analytic_sender_id)
-        options = MethodOptions(fedprox_mu, ditto_lambda, fedlp_keep, pfedme_lambda, pfedme_steps, finetune_epochs, seed)
-        self._strategy: SiteMethod = site_method(method, options)
+    def __init__(self, *, kind: str, params: dict[str, Any]):
+        job = job_params(kind, params, PLayerFLParams)
+        super().__init__(seed=job.seed, analytic_sender_id=sender_id(job.tracking))
         # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
-        self.method = method
-        self.model = model
-        self.model_args = model_args or {}
-        self.dataset = dataset
-        self.image_size = image_size
-        self.local_epochs = local_epochs
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.focal_gamma = focal_gamma
-        self.fedprox_mu = fedprox_mu
-        self.ditto_lambda = ditto_lambda
-        self.fedlp_keep = fedlp_keep
-        self.pfedme_lambda = pfedme_lambda
-        self.pfedme_steps = pfedme_steps
-        self.finetune_epochs = finetune_epochs
+        self.kind, self.params, self.job = kind, params, job
+        options = MethodOptions(job.fedprox_mu, job.ditto_lambda, job.fedlp_keep, job.pfedme_lambda,
+                                job.pfedme_steps, job.finetune_epochs, job.seed)
+        self._strategy: SiteMethod = site_method(job.method, options)
+        self.model_args = job.model_arguments()
         self._job_id = "job"
         self._site: _Site | None = None
-
 
     def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
         # the state is per job (jobs never see each other's state); a job the server resumed continues its first run's
@@ -124,7 +92,7 @@ class PLayerFLTask(TrackedTask):
         meta: dict[str, Any] = {FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(site.train)}
         if self._strategy.contract.sends_sensitivity(round_number):
             if local.sensitivity is None:
-                raise RuntimeError(f"method {self.method} owes its sensitivity curve in round {round_number + 1}")
+                raise RuntimeError(f"method {self.job.method} owes its sensitivity curve in round {round_number + 1}")
             meta[protocol.SENSITIVITY] = local.sensitivity.to_meta()
         state.model = net.state_dict()
         save_state(state, site.state_folder, round_number)
@@ -159,8 +127,9 @@ class PLayerFLTask(TrackedTask):
     def _prepare(self, model: FLModel, ctx: SiteContext) -> tuple[_Site, SiteState, nn.Module]:
         """Check the method, load data and state, and put the received layers over the site's own model."""
         sent_method = (model.meta or {}).get(protocol.METHOD)
-        if sent_method != self.method:
-            raise ValueError(f"site {ctx.site_name} runs method {self.method!r} but the server runs {sent_method!r}; fix the job")
+        if sent_method != self.job.method:
+            raise ValueError(f"site {ctx.site_name} runs method {self.job.method!r} but the server runs "
+                             f"{sent_method!r}; fix the job")
         site = self._load_site(ctx)
         previous = int(model.current_round or 0) - 1  # the state this round starts from: after the previous round
         saved = load_state(state_path(site.state_folder, previous)) if previous >= 0 else None
@@ -189,21 +158,21 @@ class PLayerFLTask(TrackedTask):
     def _new_model(self) -> nn.Module:
         with torch.random.fork_rng():
             torch.manual_seed(self.seed)  # every site starts from the same initial weights
-            return build_model(self.model, **self.model_args)
+            return build_model(self.job.model, **self.model_args)
 
     def _trainer(self, site: _Site, state: SiteState, round_number: int, device: torch.device) -> LocalTrainer:
-        return LocalTrainer(site.train, self.layers, self._new_model, site.loss_fn, self.local_epochs, self.batch_size,
-                            self.learning_rate, self.weight_decay, self.seed, round_number, state.optimizers, device)
+        return LocalTrainer(site.train, self.layers, self._new_model, site.loss_fn, self.job.local_epochs, self.job.batch_size,
+                            self.job.learning_rate, self.job.weight_decay, self.seed, round_number, state.optimizers, device)
 
     def _load_site(self, ctx: SiteContext) -> _Site:
         if self._site is None:
-            splits: SiteSplits = load_site_splits(ctx.data_dir(self.dataset), self.seed)
+            splits: SiteSplits = load_site_splits(ctx.data_dir(self.job.dataset), self.seed)
 
             def loader(records: Sequence[IsicRecord]) -> DataLoader[Any]:
-                return DataLoader(IsicImages(records, self.image_size), batch_size=self.batch_size)
+                return DataLoader(IsicImages(records, self.job.image_size), batch_size=self.job.batch_size)
 
-            self._site = _Site(IsicImages(splits.train, self.image_size, augment=True), loader(splits.val),
-                               loader(splits.test), focal_loss(self.focal_gamma, class_weights(splits.train)),
+            self._site = _Site(IsicImages(splits.train, self.job.image_size, augment=True), loader(splits.val),
+                               loader(splits.test), focal_loss(self.job.focal_gamma, class_weights(splits.train)),
                                state_folder(ctx.workspace_dir, self._job_id))
         return self._site
 

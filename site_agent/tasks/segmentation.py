@@ -16,9 +16,8 @@ and ROI against the GPU's free memory before reading a case.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -26,10 +25,12 @@ from nvflare.apis.fl_constant import FLMetaKey
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from torch import nn
 
+from fl_contract.job_params import SegmentationParams, job_params
 from fl_contract.labels import LABEL_MAPS, REGIONS
 from fl_contract.models import build_model, load_numpy_params, state_dict_to_numpy
 from fl_contract.precision import select_precision
 from fl_contract.segmentation import DP_EPSILON, DP_NOISE_STD, MODEL, TEST, TRAIN_LOSS, VAL
+from fl_contract.tracking import sender_id
 from site_agent.accounting import client_dp_epsilon
 from site_agent.data.brats_case import GridPolicy
 from site_agent.data.pipeline import surface_data_errors
@@ -44,47 +45,13 @@ from site_agent.tasks.executor import SiteContext, TrackedTask
 class SegmentationTask(TrackedTask):
     """SegResNet training at a site: sigmoid Dice loss, Adam, MONAI's BraTS augmentation, AMP on CUDA."""
 
-    def __init__(
-        self,
-        *,
-        model_args: dict[str, Any] | None,
-        dataset: str,
-        roi_size: Sequence[int],
-        label_map: str,
-        grid: GridPolicy = "refuse",
-        local_epochs: int,
-        batch_size: int,
-        learning_rate: float,
-        weight_decay: float,
-        val_fraction: float,
-        test_fraction: float,
-        resample_ras_1mm: bool,
-        cache_rate: float,
-        sw_batch_size: int = 1,
-        sw_overlap: float = 0.5,
-        dp_clip_norm: float,
-        dp_noise_multiplier: float,
-        analytic_sender_id: str,
-        seed: int,
-    ):
-        super().__init__(seed=seed, analytic_sender_id=analytic_sender_id)
-        self.model_args = model_args or {}
-        self.dataset = dataset
-        self.roi_size = list(roi_size)
-        self.label_map = label_map
-        self.grid = grid
-        self.local_epochs = local_epochs
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.val_fraction = val_fraction
-        self.test_fraction = test_fraction
-        self.resample_ras_1mm = resample_ras_1mm
-        self.cache_rate = cache_rate
-        self.sw_batch_size = sw_batch_size
-        self.sw_overlap = sw_overlap
-        self.dp_clip_norm = dp_clip_norm
-        self.dp_noise_multiplier = dp_noise_multiplier
+    def __init__(self, *, kind: str, params: dict[str, Any]):
+        job = job_params(kind, params, SegmentationParams)
+        super().__init__(seed=job.seed, analytic_sender_id=sender_id(job.tracking))
+        # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
+        self.kind, self.params, self.job = kind, params, job
+        self.model_args = job.model_args()
+        self.grid = cast(GridPolicy, job.grid)
         self._data: dict[Path, SiteData] = {}
         self._memory_checked = False
 
@@ -115,20 +82,21 @@ class SegmentationTask(TrackedTask):
         metrics = self.score(net, data, VAL, ctx, model, "train")
         workers = ctx.config.compute.loader_workers
         self.logger.info(f"training on {ctx.device} with {select_precision(ctx.device).describe()}: "
-                         f"{len(data.split.train)} cases, {self.local_epochs} epoch(s), ROI {self.roi_size}, "
-                         f"batch {self.batch_size}, {workers} loader worker(s)")
-        optimizer = torch.optim.Adam(net.parameters(), lr=self.learning_rate, weight_decay=self.weight_decay)
-        loader = data.train_loader(self.batch_size, seed=self.seed + 7919 * (model.current_round or 0),
+                         f"{len(data.split.train)} cases, {self.job.local_epochs} epoch(s), ROI {self.job.roi_size}, "
+                         f"batch {self.job.batch_size}, {workers} loader worker(s)")
+        optimizer = torch.optim.Adam(net.parameters(), lr=self.job.learning_rate, weight_decay=self.job.weight_decay)
+        loader = data.train_loader(self.job.batch_size, seed=self.seed + 7919 * (model.current_round or 0),
                                    workers=workers, prefetch=ctx.device.type == "cuda")
-        metrics[TRAIN_LOSS] = train_epochs(net, loader, optimizer, ctx.device, self.local_epochs,
+        metrics[TRAIN_LOSS] = train_epochs(net, loader, optimizer, ctx.device, self.job.local_epochs,
                                            lambda: ctx.abort_signal.triggered)
         params = state_dict_to_numpy(net)
-        if self.dp_clip_norm > 0:
+        if self.job.dp_clip_norm > 0:
             # OS entropy, never the job seed: a noise seed the server knows would let it subtract the noise
-            params = privatise_update(model.params, params, self.dp_clip_norm, self.dp_noise_multiplier, np.random.default_rng())
-            metrics[DP_NOISE_STD] = noise_std(self.dp_clip_norm, self.dp_noise_multiplier)
-            if self.dp_noise_multiplier > 0:  # clipping alone gives no guarantee to report
-                metrics[DP_EPSILON] = client_dp_epsilon(self.dp_noise_multiplier, int(model.current_round or 0) + 1)
+            params = privatise_update(model.params, params, self.job.dp_clip_norm, self.job.dp_noise_multiplier,
+                                      np.random.default_rng())
+            metrics[DP_NOISE_STD] = noise_std(self.job.dp_clip_norm, self.job.dp_noise_multiplier)
+            if self.job.dp_noise_multiplier > 0:  # clipping alone gives no guarantee to report
+                metrics[DP_EPSILON] = client_dp_epsilon(self.job.dp_noise_multiplier, int(model.current_round or 0) + 1)
         self.track(metrics, int(model.current_round or 0))  # step: rounds aggregated into the model scored
         return FLModel(params=params, params_type=ParamsType.FULL, metrics=metrics,
                        meta={FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(data.split.train)})
@@ -141,19 +109,19 @@ class SegmentationTask(TrackedTask):
         free, _ = torch.cuda.mem_get_info(device)
         free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)  # our allocator's cache
         estimate = estimate_training_memory(build_model(MODEL, **self.model_args), len(REGIONS), select_precision(device))
-        needed = check_training_memory(estimate, self.batch_size, self.roi_size, free)
-        self.logger.info(f"batch {self.batch_size} at ROI {self.roi_size}: about {needed / GIB:.1f} GiB of the GPU's "
+        needed = check_training_memory(estimate, self.job.batch_size, self.job.roi_size, free)
+        self.logger.info(f"batch {self.job.batch_size} at ROI {self.job.roi_size}: about {needed / GIB:.1f} GiB of the GPU's "
                          f"{free / GIB:.1f} GiB free (estimate)")
         self._memory_checked = True
 
     def site_data(self, ctx: SiteContext) -> SiteData:
         """The site's split and cached datasets, read (and validated) once per job; kept on disk in the site's
         workspace instead of memory when the site's `data_cache` says so."""
-        folder = ctx.data_dir(self.dataset)
+        folder = ctx.data_dir(self.job.dataset)
         if folder not in self._data:
             cache_dir = ctx.workspace_dir / "data_cache" / "segmentation" if ctx.config.compute.data_cache == "disk" else None
-            self._data[folder] = load_site_data(folder, self.roi_size, self.label_map, self.grid, self.val_fraction,
-                                                self.cache_rate, self.seed, self.test_fraction, self.resample_ras_1mm,
+            self._data[folder] = load_site_data(folder, self.job.roi_size, self.job.label_map, self.grid, self.job.val_fraction,
+                                                self.job.cache_rate, self.seed, self.job.test_fraction, self.job.resample_ras_1mm,
                                                 cache_dir)
         return self._data[folder]
 
@@ -166,8 +134,8 @@ class SegmentationTask(TrackedTask):
               task: str) -> dict[str, float]:
         """Dice and HD95 of `net` (the global model as received) on the label maps of the `split` cases. Each case's
         row goes to the site's per-case file (never sent); the site's means and case counts are returned."""
-        scores = score_cases(net, data.eval_loader(split), self.roi_size, ctx.device, LABEL_MAPS[self.label_map],
-                             self.sw_batch_size, self.sw_overlap)
+        scores = score_cases(net, data.eval_loader(split), self.job.roi_size, ctx.device, LABEL_MAPS[self.job.label_map],
+                             self.job.sw_batch_size, self.job.sw_overlap)
         append_case_results(case_results_path(ctx.workspace_dir, ctx.job_id), scores, int(model.current_round or 0),
                             task, split)
         return site_summary(scores, split)

@@ -65,9 +65,9 @@ def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
     server, client = job.workflow, job.executor
 
     assert job.files == JOB_FILES
-    assert server["path"] in server_allow_list() and server["args"]["epsilon"] == 4.0
-    assert client["path"] in site_allow_list() and client["args"]["reviewed_statistics"] == "fedkt_reviewed"
-    assert client["args"]["classes"] == list(PLAYERFL_CLASSES)
+    assert server["path"] in server_allow_list() and server["args"]["params"]["epsilon"] == 4.0
+    assert client["path"] in site_allow_list() and client["args"]["params"]["reviewed_statistics"] == "fedkt_reviewed"
+    assert client["args"]["params"]["classes"] == list(PLAYERFL_CLASSES)
 
 
 @pytest.mark.simulator

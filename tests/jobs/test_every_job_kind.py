@@ -10,11 +10,14 @@ import pytest
 from support import JOB_FILES, read_exported_job
 
 from federation_tools.job_cli import main
+from fl_contract.job_params import FedAvgLinearParams, registered_params
+from fl_contract.params import ParameterError, param
 from fl_contract.version import AGENT_VERSION
 from jobs.common import build_job, export
 from jobs.docs import DOCS_FILE, parameter_tables
+from jobs.fedavg_linear.spec import KIND as FEDAVG_LINEAR
 from jobs.registry import job_kind, kinds, registered, server_allow_list, site_allow_list
-from jobs.spec import Apps, JobKind, JobParams, ParameterError, import_class, param
+from jobs.spec import Component, Extras, JobKind, import_class
 from site_agent.tasks import installed_task_classes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +55,7 @@ def test_every_parameter_is_an_option_with_help_and_a_default_that_validates(nam
 def test_fl_job_passes_options_to_the_job_and_refuses_values_outside_the_declared_range(tmp_path, capsys):
     assert main(["export", "fedavg-linear", "--out", str(tmp_path), "--num-rounds", "2", "--aggregation", "median"]) == 0
     workflow = read_exported_job(tmp_path / "fedavg-linear").workflow
-    assert workflow["args"]["num_rounds"] == 2 and workflow["args"]["aggregation"] == "median"
+    assert workflow["args"]["params"]["num_rounds"] == 2 and workflow["args"]["params"]["aggregation"] == "median"
 
     with pytest.raises(SystemExit):
         main(["export", "fedavg-linear", "--out", str(tmp_path), "--trim-fraction", "0.7"])
@@ -69,42 +72,40 @@ def test_parameters_refuse_wrong_types_and_cross_field_rules():
 
 
 def test_export_refuses_a_class_sites_would_refuse(tmp_path):
-    kind = _throwaway_kind()
+    kind = dataclasses.replace(_throwaway_kind(), extras=lambda p: Extras(site=(Component(UNLISTED, {}, "np"),)))
 
-    with pytest.raises(RuntimeError, match=r"nvflare.app_common.np.np_trainer.NPTrainer.*jobs/<kind>/spec.py"):
+    with registered_params(kind.name, kind.params), pytest.raises(RuntimeError, match=rf"{UNLISTED}.*<kind>/spec.py"):
         export(build_job(kind), tmp_path)
 
 
-def test_a_registered_job_kind_reaches_cli_export_allow_lists_and_docs_with_no_other_edit(tmp_path, capsys):
+def test_a_throwaway_parameter_reaches_cli_export_docs_and_both_components_with_no_other_edit(tmp_path, capsys):
     kind = _throwaway_kind()
 
     with registered(kind):
-        assert "nvflare.app_common.np.np_trainer.NPTrainer" in site_allow_list()
         assert main(["list"]) == 0 and "throwaway" in capsys.readouterr().out
-        assert main(["export", "throwaway", "--out", str(tmp_path), "--num-rounds", "4"]) == 0
-        assert "## `throwaway`" in parameter_tables()
-    job = read_exported_job(tmp_path / "throwaway")
+        assert main(["export", "throwaway", "--out", str(tmp_path), "--throwaway-factor", "2.5"]) == 0
+        assert "`throwaway_factor`" in parameter_tables()
+        job = read_exported_job(tmp_path / "throwaway")
+        controller = import_class(job.workflow["path"])(**job.workflow["args"])
+        site_task = import_class(job.executor["path"])(**job.executor["args"])
 
-    assert job.executor["path"] == "nvflare.app_common.np.np_trainer.NPTrainer"
-    assert job.workflow["args"]["num_rounds"] == 4
-    assert "nvflare.app_common.np.np_trainer.NPTrainer" not in site_allow_list()
+    assert controller.job.throwaway_factor == site_task.job.throwaway_factor == 2.5
+    with pytest.raises(ParameterError, match="unknown job kind 'throwaway'"):
+        import_class(job.executor["path"])(**job.executor["args"])  # unregistered, no component can rebuild it
 
 
 def test_the_parameter_docs_are_generated_from_the_specs():
     assert (ROOT / DOCS_FILE).read_text() == parameter_tables(), "regenerate with: fl-job docs"
 
 
+UNLISTED = "nvflare.app_common.widgets.validation_json_generator.ValidationJsonGenerator"
+
+
 @dataclass(frozen=True)
-class _ThrowawayParams(JobParams):
-    num_rounds: int = param(1, "rounds", low=1)
-    delta: float = param(1.0, "what the trainer adds")
+class _ThrowawayParams(FedAvgLinearParams):
+    throwaway_factor: float = param(1.0, "a parameter that exists only in this test")
 
 
 def _throwaway_kind() -> JobKind[_ThrowawayParams]:
-    return JobKind(
-        name="throwaway", summary="a job kind that exists only in this test", params=_ThrowawayParams,
-        controller="server_app.fedavg.FedAvgController", site_task="nvflare.app_common.np.np_trainer.NPTrainer",
-        apps=lambda p: Apps(controller={"num_rounds": p.num_rounds, "model": "linear_regression", "model_args": {},
-                                        "aggregation": "weighted_mean", "trim_fraction": 0.1, "min_clients": 1,
-                                        "seed": 0},
-                            site_task={"delta": p.delta}))
+    return dataclasses.replace(FEDAVG_LINEAR, name="throwaway", summary="a job kind that exists only in this test",
+                               params=_ThrowawayParams, demo=None)

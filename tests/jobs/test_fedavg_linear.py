@@ -11,6 +11,7 @@ import torch
 from support import JOB_FILES, read_exported_job
 
 from federation_tools.simulate import simulate
+from fl_contract.params import params_to_json
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from site_agent import __version__
@@ -40,10 +41,11 @@ def test_exported_job_ships_no_code_and_records_parameters(tmp_path):
     assert job.files == JOB_FILES
     assert job.meta["site_agent_version"] == __version__
     assert server["path"] == "server_app.fedavg.FedAvgController"
-    assert server["args"] | {"num_rounds": 2, "aggregation": "trimmed_mean", "trim_fraction": 0.2} == server["args"]
-    # every parameter is written out, so the job folder alone says what the sites will run
-    assert client == {"path": "site_agent.tasks.linear_regression.LinearRegressionTask",
-                      "args": {"learning_rate": 0.1, "local_steps": 3, "dataset": "linear", "seed": 0}}
+    # both sides get the kind and every parameter, so the job folder alone says what will run
+    assert server["args"] == client["args"] == {"kind": "fedavg-linear", "params": params_to_json(params)}
+    assert server["args"]["params"] | {"num_rounds": 2, "aggregation": "trimmed_mean", "trim_fraction": 0.2,
+                                       "local_steps": 3} == server["args"]["params"]
+    assert client["path"] == "site_agent.tasks.linear_regression.LinearRegressionTask"
 
 
 @pytest.mark.simulator

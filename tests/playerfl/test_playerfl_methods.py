@@ -19,7 +19,7 @@ from site_agent.playerfl.methods import SITE_METHODS, MethodOptions, site_method
 from site_agent.playerfl.state import SiteState
 from site_agent.tasks.playerfl import PLayerFLTask
 
-APPS = KIND.apps(PLayerFLParams())  # what a default playerfl job configures; the job kind itself refuses 'fedrep'
+ARGS = KIND.site_task_component(PLayerFLParams()).args  # what a default playerfl job configures, on both sides
 
 LAYERS = model_layers(nn.Sequential(nn.Linear(1, 1), nn.Linear(1, 1)))
 GLOBAL = {"0.weight": np.zeros((1, 1), np.float32), "0.bias": np.zeros(1, np.float32),
@@ -58,10 +58,13 @@ def test_contract_says_what_is_federated_and_when_curves_and_splits_happen(name,
 
 
 def test_unknown_method_is_refused_on_both_sides_with_the_choices():
-    with pytest.raises(ValueError, match="unknown method 'fedrep'.*'playerfl_random'"):
-        PLayerFLTask(**{**APPS.site_task, "method": "fedrep"})
+    edited = {**ARGS, "params": {**ARGS["params"], "method": "fedrep"}}  # a hand-edited job
+    with pytest.raises(ValueError, match="method='fedrep': choose from .*'playerfl_random'"):
+        PLayerFLTask(**edited)
+    with pytest.raises(ValueError, match="method='fedrep'"):
+        PLayerFLController(**edited)
     with pytest.raises(ValueError, match="unknown method 'fedrep'"):
-        PLayerFLController(**{**APPS.controller, "method": "fedrep"})
+        site_method("fedrep", OPTIONS)
 
 
 def test_fedlp_drops_whole_layers_the_same_way_for_the_same_seed_site_and_round():

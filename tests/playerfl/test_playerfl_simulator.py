@@ -24,10 +24,10 @@ def test_exported_job_ships_no_code_and_keeps_every_parameter(tmp_path):
     assert job.files == JOB_FILES
     assert job.meta["site_agent_version"] == __version__
     assert server["path"] == "server_app.playerfl.PLayerFLController"
-    expected_server_args = {"method": "ditto", "num_rounds": 4, "threshold": 2.0, "model_args": {"num_classes": 4}}
-    assert server["args"] | expected_server_args == server["args"]
+    expected = {"method": "ditto", "num_rounds": 4, "threshold": 2.0, "ditto_lambda": 0.3, "image_size": 64}
+    assert server["args"] == client["args"] and server["args"]["kind"] == "playerfl"
+    assert server["args"]["params"] | expected == server["args"]["params"]
     assert client["path"] == "site_agent.tasks.playerfl.PLayerFLTask"
-    assert client["args"] | {"method": "ditto", "ditto_lambda": 0.3, "image_size": 64} == client["args"]
     assert set(KIND.site_classes) <= set(job.site_classes()) and set(KIND.server_classes) <= set(job.server_classes())
 
 

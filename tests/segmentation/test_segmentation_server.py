@@ -45,9 +45,9 @@ def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
     assert job.files == JOB_FILES
     assert set(job.site_classes()) <= set(site_allow_list()) and set(job.server_classes()) <= set(server_allow_list())
     assert client["executors"][0]["tasks"] == ["*"]  # train and validate
-    executor_args = client["executors"][0]["executor"]["args"]
-    assert executor_args | {"dp_clip_norm": 1.0, "dp_noise_multiplier": 0.1} == executor_args
-    assert server["workflows"][0]["args"]["aggregation"] == "median"
+    executor_params = client["executors"][0]["executor"]["args"]["params"]
+    assert executor_params | {"dp_clip_norm": 1.0, "dp_noise_multiplier": 0.1} == executor_params
+    assert server["workflows"][0]["args"]["params"]["aggregation"] == "median"
 
 
 @pytest.mark.parametrize("roi_size, message", [((30, 32, 32), "multiple of 4"), ((32, 32), "give 3 sizes")])

@@ -135,3 +135,10 @@ def test_intake_refuses_a_site_that_answers_twice():
     intake = take_updates(results, ["site-1"], matching({"w": np.zeros(2)}))
 
     assert intake.updates == [] and intake.rejected == {"site-1": "the site sent 2 updates for the same round"}
+
+
+def test_the_rules_jobs_name_are_the_rules_the_server_runs():
+    from fl_contract.aggregation_rules import AGGREGATION_RULES
+    from server_app.aggregation import RULES
+
+    assert sorted(RULES) == list(AGGREGATION_RULES)

@@ -104,7 +104,7 @@ def test_unlisted_classes_anywhere_in_the_site_config_are_named(exported, kit, t
 @pytest.mark.parametrize("key", ["../../../etc", "/etc", "unmapped"])
 def test_a_dataset_key_the_site_does_not_map_is_named(exported, kit, tmp_path, key):
     job_dir = _copy(exported["fedavg-linear"], tmp_path)
-    _edit_client(job_dir, lambda c: c["executors"][0]["executor"]["args"].update(dataset=key))
+    _edit_client(job_dir, lambda c: c["executors"][0]["executor"]["args"]["params"].update(dataset=key))
 
     reason = _refusal(job_dir, kit)
 

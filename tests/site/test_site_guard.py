@@ -3,11 +3,13 @@ admin commands reach the site."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 from nvflare.apis.fl_constant import AdminCommandNames
 
+from fl_contract.job_params import SegmentationParams, job_component_args
 from fl_contract.job_privacy import DP_STATISTICS, WEIGHTS, SitePrivacy
 from site_agent.policy import SHELL_COMMANDS as POLICY_SHELL_COMMANDS
 from site_agent.policy import (
@@ -85,27 +87,38 @@ def test_release_over_the_epsilon_cap_or_with_too_few_sites_is_refused():
     assert "at least 4 sites; the job needs only min_clients=3" in job_refusal(POLICY, "lead", _release(min_clients=3))
 
 
+def _segmentation_task(**params: object) -> dict[str, object]:
+    """The site task component a brats-segmentation job builds, with the parameters `_segmentation` declares."""
+    job = SegmentationParams(**{"dp_clip_norm": 1.0, "dp_noise_multiplier": 1.2, "num_rounds": 3, "min_clients": 1,
+                                **params})
+    return {"path": SEGMENTATION_TASK, "args": job_component_args("brats-segmentation", job)}
+
+
 def test_site_task_matching_the_declaration_is_built():
-    component = {"path": SEGMENTATION_TASK, "args": {"dp_clip_norm": 1.0, "dp_noise_multiplier": 1.2, "seed": 0}}
+    component = _segmentation_task()
 
     assert component_refusal(component, _segmentation(), KIND_TASKS) == ""
     assert component_refusal({"path": "nvflare.app_opt.tracking.tb.tb_writer.TBWriter"}, _segmentation(), KIND_TASKS) == ""
 
 
 def test_site_task_weaker_than_declared_is_refused_at_start():
-    component = {"path": SEGMENTATION_TASK, "args": {"dp_clip_norm": 1.0, "dp_noise_multiplier": 0.0}}
-
-    reason = component_refusal(component, _segmentation(), KIND_TASKS)
+    reason = component_refusal(_segmentation_task(dp_noise_multiplier=0.0), _segmentation(), KIND_TASKS)
+    edited = _segmentation_task()
+    edited["args"]["params"]["dp_clip_norm"] = -1.0  # type: ignore[index]  # a hand-edited job
 
     assert "differ from the job's declaration: dp_noise_multiplier=0.0 (declared 1.2)" in reason
+    assert "dp_clip_norm=-1.0: must be at least 0.0" in component_refusal(edited, _segmentation(), KIND_TASKS)
 
 
 def test_task_of_another_kind_or_release_is_refused_at_start():
     disguised = SitePrivacy("fedavg-linear", WEIGHTS, num_rounds=3)
-    as_release = SitePrivacy("brats-segmentation", DP_STATISTICS, epsilon=1.0, delta=1e-5, min_clients=4)
 
     assert "declares kind 'fedavg-linear'" in component_refusal({"class_path": SEGMENTATION_TASK}, disguised, KIND_TASKS)
-    assert "sends 'weights'" in component_refusal({"path": SEGMENTATION_TASK, "args": {}}, as_release, KIND_TASKS)
+    assert "do not carry the declared kind" in component_refusal({"path": SEGMENTATION_TASK, "args": {}},
+                                                                 _segmentation(), KIND_TASKS)
+    as_release = SitePrivacy.declare("brats-segmentation", DP_STATISTICS, dataclasses.asdict(SegmentationParams()))
+    task = {"path": SEGMENTATION_TASK, "args": job_component_args("brats-segmentation", SegmentationParams())}
+    assert "sends 'weights'" in component_refusal(task, as_release, KIND_TASKS)
 
 
 def test_shell_commands_are_flares_file_readers_and_refused_unless_opted_in():
