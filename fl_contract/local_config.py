@@ -15,7 +15,9 @@ from typing import Any
 DEVICES = ("auto", "cpu", "cuda")
 
 
-def read_folder_map(path: Path, field: str, example: str, guide: str, error: type[ValueError]) -> tuple[dict[str, str], str]:
+def read_folder_map(
+    path: Path, field: str, example: str, guide: str, error: type[ValueError]
+) -> tuple[dict[str, str], str]:
     """(mapping of `field`, device) from `path`; every problem raises `error` naming the file and the fix."""
     mapping, device, _ = read_local_config(path, field, example, guide, error)
     return mapping, device

@@ -58,7 +58,8 @@ def split_metric_keys(split: str) -> tuple[str, ...]:
 
 
 DICE_KEYS = tuple(metric_key(VAL, DICE, r) for r in (*REGIONS, MEAN))
-SELECTION_METRIC = metric_key(VAL, DICE, MEAN)  # val_dice_mean (BraTS convention): the best global model is chosen on it
+# val_dice_mean (BraTS convention): the best global model is chosen on it
+SELECTION_METRIC = metric_key(VAL, DICE, MEAN)
 VAL_CASES = cases_key(VAL)  # how many validation cases the site's values average over: its weight in selection
 TEST_CASES = cases_key(TEST)
 TEST_METRIC = metric_key(TEST, DICE, MEAN)  # test_dice_mean: the federation's final report on the selected model

@@ -52,7 +52,9 @@ RECALL_PREFIX = "recall_"  # recall_<class name>, one per class present among th
 EVALUATION_METRICS = ("accuracy", "balanced_accuracy", "num_test", PREDICTED_CLASSES)
 
 
-def announcement(session: str, classes: Sequence[str], image_size: int, identity: AutoencoderIdentity) -> dict[str, Any]:
+def announcement(
+    session: str, classes: Sequence[str], image_size: int, identity: AutoencoderIdentity
+) -> dict[str, Any]:
     """What the server tells every site with the keys task, so that a mismatch fails before any key is made."""
     return {SESSION: session, CLASSES: list(classes), IMAGE_SIZE: int(image_size), AUTOENCODER: identity.manifest()}
 

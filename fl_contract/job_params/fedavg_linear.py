@@ -1,4 +1,5 @@
-"""fedavg-linear's parameters: FedAvg on the reference linear model (docs/algorithms.md), the federation's smoke test."""
+"""fedavg-linear's parameters: FedAvg on the reference linear model (docs/algorithms.md), the federation's
+smoke test."""
 
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ class PLayerFLParams(FederationParams):
     method: str = param("playerfl", "PLayer-FL or a baseline", choices=METHODS)
     num_rounds: int = param(50, "federation rounds, one local pass of local_epochs each (reference: 50-60)", low=1)
     model: str = param("cnn5", "cnn5 (the paper's ISIC CNN: 5 convolutions, global pooling, 2 linear layers) or "
-                               "resnet10 (MONAI, batch norm; a residual block is one layer)", choices=("cnn5", "resnet10"))
+                               "resnet10 (MONAI, batch norm; a residual block is one layer)",
+                       choices=("cnn5", "resnet10"))
     model_args: dict[str, Any] | None = param(None, 'extra model arguments as JSON, e.g. {"channels": [8, 16, 32, 64, '
                                                     '128], "hidden": 64} for a narrow CNN5', metavar="JSON")
     image_size: int = param(200, "images are resized to image_size x image_size (reference: 200)", low=8)

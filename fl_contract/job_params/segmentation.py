@@ -33,8 +33,8 @@ class SegResNetParams(FederationParams):
                                 "or resample the others onto the first series' grid", choices=("refuse", "resample"))
     sw_batch_size: int = param(1, "sliding-window inference: windows per forward pass", low=1)
     sw_overlap: float = param(0.5, "sliding-window inference: overlap of neighbouring windows", low=0.0, high=0.95)
-    resample_ras_1mm: bool = param(False, "reorient every case to RAS and resample it to 1 mm voxels before the network "
-                                          "(MONAI Orientationd/Spacingd), for sites whose cases are not "
+    resample_ras_1mm: bool = param(False, "reorient every case to RAS and resample it to 1 mm voxels before the "
+                                          "network (MONAI Orientationd/Spacingd), for sites whose cases are not "
                                           "BraTS-preprocessed; inference writes its label maps back on the case's grid")
 
     def check(self) -> None:

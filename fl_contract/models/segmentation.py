@@ -14,7 +14,8 @@ from torch import nn
 
 from fl_contract.labels import REGIONS
 
-IN_CHANNELS = 4  # T1, T1ce, T2, FLAIR: site_agent.data.brats_case.MODALITIES, not imported so the server reads no data code
+# T1, T1ce, T2, FLAIR: site_agent.data.brats_case.MODALITIES, not imported so the server reads no data code
+IN_CHANNELS = 4
 GROUP_NORM_GROUPS = 8  # SegResNet's default normalisation: GroupNorm with 8 groups
 
 

@@ -91,7 +91,10 @@ def model_layers(model: nn.Module) -> list[Layer]:
     current = 0
     for key, value in model.state_dict().items():
         block = _block_of(key, blocks)
-        current = owner[block] if block is not None and block in owner else owner.get(key, owner.get(_module_of(key), current))
+        current = (
+            owner[block] if block is not None and block in owner
+            else owner.get(key, owner.get(_module_of(key), current))
+        )
         if torch.is_floating_point(value):
             keys[current].append(key)
     return [Layer(name, tuple(weights), tuple(k)) for (name, weights), k in zip(groups, keys)]
