@@ -104,12 +104,15 @@ def discover_case(
     for modality in MODALITIES:
         found = case_dir / dicom_folders[modality] if dicom else _one_file(case_dir, f"_{modality}")
         if found is None or not found.exists():
-            expected = f"the DICOM series folder {dicom_folders[modality]}/" if dicom else f"a file named *_{modality}.nii.gz"
+            expected = (
+                f"the DICOM series folder {dicom_folders[modality]}/" if dicom else f"a file named *_{modality}.nii.gz"
+            )
             raise DataError(f"{case_dir}: missing modality {modality}: expected {expected} (a case holds {layouts})")
         images.append(found)
     label = _one_file(case_dir, LABEL_SUFFIX)
     if label is None and require_labels:
-        raise DataError(f"{case_dir}: missing label: expected a file named *{LABEL_SUFFIX}.nii.gz (or pass require_labels=False)")
+        raise DataError(f"{case_dir}: missing label: expected a file named *{LABEL_SUFFIX}.nii.gz "
+                        "(or pass require_labels=False)")
     return BratsCase(case_dir.name, tuple(images), label)
 
 
@@ -120,7 +123,8 @@ def _one_file(case_dir: Path, stem_suffix: str) -> Path | None:
         refuse_broken_link(path, "NIfTI file")
     found = [p for p in candidates if p.is_file()]
     if len(found) > 1:
-        raise DataError(f"{case_dir}: several *{stem_suffix}.nii[.gz] files: {[p.name for p in found]}; keep exactly one")
+        raise DataError(f"{case_dir}: several *{stem_suffix}.nii[.gz] files: {[p.name for p in found]}; "
+                        "keep exactly one")
     return found[0] if found else None
 
 
@@ -136,7 +140,8 @@ def read_case(
     if grid not in ("refuse", "resample"):
         raise ValueError(f"grid={grid!r}: use 'refuse' or 'resample'")
     if len(case.images) != len(MODALITIES):
-        raise DataError(f"case {case.case_id}: {len(case.images)} images, expected {len(MODALITIES)} ({', '.join(MODALITIES)})")
+        raise DataError(f"case {case.case_id}: {len(case.images)} images, "
+                        f"expected {len(MODALITIES)} ({', '.join(MODALITIES)})")
     images = [_read(path) for path in case.images]
     reference = images[MODALITIES.index(REFERENCE_MODALITY)]
     channels = []
@@ -253,7 +258,8 @@ def read_datalist(path: Path) -> list[BratsCase]:
         records = [BratsCase.from_record(entry) for entry in json.loads(path.read_text())["training"]]
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
         raise DataError(
-            f"{path}: not a readable datalist with a 'training' list of cases ({err!r}); regenerate it with write_datalist"
+            f"{path}: not a readable datalist with a 'training' list of cases ({err!r}); "
+            "regenerate it with write_datalist"
         ) from err
     base = path.parent
     return [
@@ -263,7 +269,8 @@ def read_datalist(path: Path) -> list[BratsCase]:
 
 
 class LoadBratsCased(MapTransform):
-    """MONAI dictionary transform: a datalist entry -> {"image": (4, X, Y, Z), "label": (1, X, Y, Z) raw} MetaTensors."""
+    """MONAI dictionary transform: a datalist entry -> {"image": (4, X, Y, Z), "label": (1, X, Y, Z) raw}
+    MetaTensors."""
 
     def __init__(self, label_map: LabelMap = BRATS_2021, grid: GridPolicy = "refuse") -> None:
         super().__init__(keys=("image", "label"), allow_missing_keys=True)
@@ -281,7 +288,8 @@ class LoadBratsCased(MapTransform):
 
 def _meta_tensor(image: Image) -> MetaTensor:
     meta = {"filename_or_obj": str(image.source)}
-    return MetaTensor(torch.from_numpy(np.ascontiguousarray(image.array)), affine=torch.from_numpy(image.affine), meta=meta)
+    return MetaTensor(torch.from_numpy(np.ascontiguousarray(image.array)), affine=torch.from_numpy(image.affine),
+                      meta=meta)
 
 
 def brats_transforms(

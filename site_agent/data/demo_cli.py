@@ -23,7 +23,8 @@ def _brats(args: argparse.Namespace) -> int:
     from site_agent.data.brats_case import DATALIST_NAME
 
     cases = synthetic_brats.write_brats_site(
-        Path(args.out), args.site_index, args.cases, (args.size,) * 3, args.seed, args.layout, LABEL_MAPS[args.label_map]
+        Path(args.out), args.site_index, args.cases, (args.size,) * 3, args.seed, args.layout,
+        LABEL_MAPS[args.label_map],
     )
     print(f"wrote {len(cases)} {args.layout} cases of {args.size}^3 voxels and {Path(args.out) / DATALIST_NAME}")
     return 0
@@ -47,12 +48,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     linear = kinds.add_parser("linear", help="the FedAvg reference linear-regression slice of one site")
     linear.add_argument("--site-index", type=int, required=True, help="1-based index of this site")
     linear.add_argument("--out", required=True, help="data folder of this site")
-    linear.add_argument("--sizes", default="50,200,500", help="samples per site, comma separated (reference: 50,200,500)")
+    linear.add_argument("--sizes", default="50,200,500",
+                        help="samples per site, comma separated (reference: 50,200,500)")
     linear.add_argument("--seed", type=int, default=0)
     linear.set_defaults(func=_linear)
 
     brats = kinds.add_parser("brats", help="synthetic glioma MRI cases: DICOM series (or NIfTI) and NIfTI labels")
-    brats.add_argument("--site-index", type=int, required=True, help="1-based index of this site (sets scanner and tumour size)")
+    brats.add_argument("--site-index", type=int, required=True,
+                       help="1-based index of this site (sets scanner and tumour size)")
     brats.add_argument("--out", required=True, help="data folder of this site (one sub-folder per case)")
     brats.add_argument("--cases", type=int, default=4)
     brats.add_argument("--size", type=int, default=48, help="volume edge in voxels")
@@ -66,7 +69,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     isic.add_argument("--out", required=True, help="data folder of this site")
     isic.add_argument("--sites", type=int, default=3, help="number of sites sharing the Dirichlet draw")
     isic.add_argument("--images", type=int, default=40)
-    isic.add_argument("--classes", default=",".join(PLAYERFL_CLASSES), help=f"comma separated, from {','.join(TRAINING_CLASSES)}")
+    isic.add_argument("--classes", default=",".join(PLAYERFL_CLASSES),
+                      help=f"comma separated, from {','.join(TRAINING_CLASSES)}")
     isic.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration: smaller, more label skew")
     isic.add_argument("--size", type=int, default=64, help="image edge in pixels")
     isic.add_argument("--seed", type=int, default=0)

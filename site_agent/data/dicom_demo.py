@@ -64,7 +64,9 @@ def write_dicom_series(
         ds = _slice_header(ids, description, series_number, k)
         ds.ImagePositionPatient = [_ds_decimal(v) for v in origin + k * slice_step]
         ds.ImageOrientationPatient = [_ds_decimal(v) for v in orientation]
-        ds.SliceLocation = _ds_decimal(float(np.dot(origin + k * slice_step, np.cross(orientation[:3], orientation[3:]))))
+        ds.SliceLocation = _ds_decimal(
+            float(np.dot(origin + k * slice_step, np.cross(orientation[:3], orientation[3:])))
+        )
         ds.PixelSpacing = [_ds_decimal(row_spacing), _ds_decimal(col_spacing)]
         ds.SliceThickness = _ds_decimal(slice_spacing)
         ds.SpacingBetweenSlices = _ds_decimal(slice_spacing)

@@ -40,7 +40,8 @@ _GROUPS = {
 }
 _TAGS = {keyword: int(tag_for_keyword(keyword) or 0) for keyword in
          (*_GROUPS, *_GROUPS.values(), *DIMENSIONS, *(group for group, _ in DIMENSIONS.values()))}
-_FIX_EXPORT = "export it from the scanner or PACS again as Enhanced MR/CT with its functional groups, or as single-frame slices"
+_FIX_EXPORT = ("export it from the scanner or PACS again as Enhanced MR/CT with its functional groups, "
+               "or as single-frame slices")
 
 
 def is_multi_frame(path: Path, ds: Dataset) -> bool:
@@ -106,7 +107,9 @@ def _normalised(value: object) -> str | float:
     return int(number) if number.is_integer() else number
 
 
-def _chosen_frames(path: Path, shared: Dataset, per_frame: list[Dataset], selection: FrameSelection | None) -> list[int]:
+def _chosen_frames(
+    path: Path, shared: Dataset, per_frame: list[Dataset], selection: FrameSelection | None
+) -> list[int]:
     selection = dict(selection or {})
     unknown = sorted(set(selection) - set(DIMENSIONS))
     if unknown:

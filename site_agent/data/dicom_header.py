@@ -63,13 +63,14 @@ def parse_slice(path: Path, ds: Dataset, frame: int | None, values: Mapping[str,
     (the file itself for a single-frame file; a functional group item for a frame)."""
     where = str(path) if frame is None else f"{path} frame {frame + 1}"
     geometry = {keyword: numbers(where, values[keyword], keyword) for keyword in GEOMETRY}
-    missing = [keyword for keyword, value in geometry.items() if value is None] + [t for t in ("Rows", "Columns") if t not in ds]
+    missing = ([keyword for keyword, value in geometry.items() if value is None]
+               + [t for t in ("Rows", "Columns") if t not in ds])
     if missing:
         raise DataError(f"{where}: missing geometry tags {missing}; the series cannot be placed in space: {REEXPORT}")
     position, orientation, spacing = (geometry[keyword] or () for keyword in GEOMETRY)
     if int(ds.get("SamplesPerPixel") or 1) != 1:
-        raise DataError(f"{path}: a colour image ({ds.get('PhotometricInterpretation')}); MR and CT series are greyscale, "
-                        "export the series as greyscale (MONOCHROME2) images")
+        raise DataError(f"{path}: a colour image ({ds.get('PhotometricInterpretation')}); "
+                        "MR and CT series are greyscale, export the series as greyscale (MONOCHROME2) images")
     photometric = text(ds, 0x00280004) or MONOCHROME2
     if photometric not in (MONOCHROME1, MONOCHROME2):
         raise DataError(f"{path}: PhotometricInterpretation {photometric}; MR and CT series are greyscale, export the "
@@ -80,8 +81,8 @@ def parse_slice(path: Path, ds: Dataset, frame: int | None, values: Mapping[str,
     (slope,) = numbers(where, values["RescaleSlope"], "RescaleSlope") or (1.0,)
     (intercept,) = numbers(where, values["RescaleIntercept"], "RescaleIntercept") or (0.0,)
     if slope == 0:
-        raise DataError(f"{where}: RescaleSlope is 0, which would make every value {intercept:g}; the header is damaged, "
-                        f"{REEXPORT}")
+        raise DataError(f"{where}: RescaleSlope is 0, which would make every value {intercept:g}; "
+                        f"the header is damaged, {REEXPORT}")
     grid = (float(ds.Rows), float(ds.Columns), *orientation, *spacing)
     return Slice(path, ds, frame, grid, position, slope, intercept, text(ds, FRAME_OF_REFERENCE_UID), photometric,
                  values["SliceThickness"])
@@ -127,7 +128,8 @@ def numbers(where: str, ds: Dataset, keyword: str) -> tuple[float, ...] | None:
     except ValueError:
         found = ()
     if not found or not all(np.isfinite(found)):
-        raise DataError(f"{where}: {keyword} {'/'.join(parts)!r} is not {count} finite number(s) ({meaning}); {REEXPORT}")
+        raise DataError(f"{where}: {keyword} {'/'.join(parts)!r} is not {count} finite number(s) ({meaning}); "
+                        f"{REEXPORT}")
     if len(found) != count:
         raise DataError(
             f"{where}: {keyword} holds {len(found)} value(s) {list(found)}, expected {count} ({meaning}); {REEXPORT}"

@@ -79,7 +79,8 @@ def write_dicom_seg(labels: np.ndarray, label_map: LabelMap, source_series: Path
         in_file_order = np.zeros_like(frames)
         in_file_order[[int(item.frame or 0) for item in slices]] = frames
         frames = in_file_order
-    algorithm = hd.AlgorithmIdentificationSequence(name="hospital-fl SegResNet", family=codes.cid7162.ArtificialIntelligence,
+    algorithm = hd.AlgorithmIdentificationSequence(name="hospital-fl SegResNet",
+                                                   family=codes.cid7162.ArtificialIntelligence,
                                                    version=model_description)
     descriptions = [
         hd.seg.SegmentDescription(segment_number=s.number, segment_label=s.label,

@@ -135,7 +135,8 @@ def _dcmread(path: Path) -> Dataset:
     except OSError as err:
         raise os_error(path, err, "slice file") from err
     except (InvalidDicomError, EOFError, ValueError) as err:
-        raise DataError(f"{path}: not a readable DICOM file ({err}); remove it from the series folder or replace it") from err
+        raise DataError(f"{path}: not a readable DICOM file ({err}); "
+                        "remove it from the series folder or replace it") from err
 
 
 def _series_uid(path: Path, ds: Dataset) -> str:
@@ -187,7 +188,8 @@ def _sorted_along_normal(folder: Path, slices: list[Slice]) -> list[Slice]:
     duplicate = np.flatnonzero(gaps < _SPACING_ATOL_MM)
     if duplicate.size:
         a, b = ordered[duplicate[0]], ordered[duplicate[0] + 1]
-        raise DataError(f"{folder}: duplicate slice: {a.name} and {b.name} lie at the same position; remove the duplicate file")
+        raise DataError(f"{folder}: duplicate slice: {a.name} and {b.name} lie at the same position; "
+                        "remove the duplicate file")
     spacing = float(np.median(gaps))
     uneven = np.flatnonzero(np.abs(gaps - spacing) > max(_SPACING_ATOL_MM, _SPACING_RTOL * spacing))
     if uneven.size:
@@ -245,7 +247,8 @@ def _stack(folder: Path, ordered: list[Slice]) -> Image:
             raise _decode_error(item.path, item.ds, err) from err
         if pixels.shape != (rows, cols):
             raise DataError(
-                f"{item.where}: pixel data of shape {pixels.shape}, expected ({rows}, {cols}); the file is damaged, re-export it"
+                f"{item.where}: pixel data of shape {pixels.shape}, expected ({rows}, {cols}); "
+                "the file is damaged, re-export it"
             )
         out = buffer[k]
         out[...] = pixels  # cast, then scale in place: faster than one mixed-type multiply

@@ -210,7 +210,8 @@ def _agree_on_label_map(notes: Mapping[str, str]) -> tuple[str, list[str]]:
     if common:
         return f"labels fit {', '.join(sorted(common))}", []
     cases = "; ".join(f"{Path(case).name}: {note}" for case, note in notes.items())
-    return "", [f"the cases' labels fit no single label map ({cases}); relabel the cases to one map (docs/site-data.md)"]
+    return "", [f"the cases' labels fit no single label map ({cases}); "
+                "relabel the cases to one map (docs/site-data.md)"]
 
 
 def _holds_autoencoder(folder: Path) -> bool:

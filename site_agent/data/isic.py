@@ -122,7 +122,9 @@ def scan_isic_site(folder: Path, classes: Sequence[str] = TRAINING_CLASSES, chec
     for line, row in rows:
         name = row["image"]
         if name in first_line:
-            scan.problems.append(RowProblem(line, name, f"listed twice (first on line {first_line[name]}); keep one row"))
+            scan.problems.append(
+                RowProblem(line, name, f"listed twice (first on line {first_line[name]}); keep one row")
+            )
             continue
         first_line[name] = line
         try:
@@ -167,7 +169,8 @@ def _csv_text(path: Path) -> str:
     try:
         data = path.read_bytes()
     except OSError as err:
-        raise DataError(f"{path}: cannot be read ({err.strerror}); give the agent's service account read access") from err
+        raise DataError(f"{path}: cannot be read ({err.strerror}); "
+                        "give the agent's service account read access") from err
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return data.decode("utf-16")
     try:
@@ -292,7 +295,9 @@ class LoadIsicd(MapTransform):
         return out
 
 
-def isic_transforms(image_size: int, extra: Sequence[Callable[..., Any]] = (), min_side: int = MIN_IMAGE_SIDE) -> Compose:
+def isic_transforms(
+    image_size: int, extra: Sequence[Callable[..., Any]] = (), min_side: int = MIN_IMAGE_SIDE
+) -> Compose:
     """Decode, resize to `image_size` x `image_size`, scale 0-255 to [0, 1], plain tensors (no MONAI metadata),
     then the job's own transforms (`extra`).
 

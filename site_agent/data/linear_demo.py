@@ -19,7 +19,9 @@ REFERENCE_SITE_SIZES = (50, 200, 500)
 FILE_NAME = "linear.npz"
 
 
-def generate_linear_sites(sizes: tuple[int, ...] = REFERENCE_SITE_SIZES, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+def generate_linear_sites(
+    sizes: tuple[int, ...] = REFERENCE_SITE_SIZES, seed: int = 0
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """(X, y) per site, drawn in order from `torch.manual_seed(seed)` as in the reference run."""
     torch.manual_seed(seed)
     true_w = torch.tensor(TRUE_WEIGHTS)
@@ -31,7 +33,9 @@ def generate_linear_sites(sizes: tuple[int, ...] = REFERENCE_SITE_SIZES, seed: i
     return sites
 
 
-def write_linear_site(out_dir: Path, site_index: int, sizes: tuple[int, ...] = REFERENCE_SITE_SIZES, seed: int = 0) -> Path:
+def write_linear_site(
+    out_dir: Path, site_index: int, sizes: tuple[int, ...] = REFERENCE_SITE_SIZES, seed: int = 0
+) -> Path:
     """Write the slice of site `site_index` (1-based) to `out_dir/linear.npz`."""
     if not 1 <= site_index <= len(sizes):
         raise ValueError(f"site index {site_index} is out of range: the federation has sites 1..{len(sizes)}")

@@ -69,7 +69,8 @@ def os_error(path: Path, err: OSError, what: str) -> DataError:
     """The message for a file the operating system would not open, by cause: permissions, a looping link, other."""
     if isinstance(err, PermissionError):
         return DataError(f"{path}: cannot be read by this user (permission denied); give the agent's service account "
-                         f"read access to the {what} and its folder (e.g. chgrp/chmod g+r), or copy it where it can read")
+                         f"read access to the {what} and its folder (e.g. chgrp/chmod g+r), "
+                         "or copy it where it can read")
     if err.errno == errno.ELOOP:
         return DataError(f"{path}: a symbolic link that loops; replace it with the {what} itself")
     return DataError(f"{path}: cannot be opened ({err}); check the {what} and the disk, or replace the file")

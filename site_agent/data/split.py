@@ -19,7 +19,9 @@ R = TypeVar("R")
 _SUM_TOLERANCE = 1e-9
 
 
-def split_records(records: Sequence[R], fractions: Mapping[str, float], seed: int, source: Path | str) -> dict[str, list[R]]:
+def split_records(
+    records: Sequence[R], fractions: Mapping[str, float], seed: int, source: Path | str
+) -> dict[str, list[R]]:
     """The records shuffled by `seed` and cut into the parts named in `fractions` (in [0, 1], summing to 1).
 
     Every part after the first takes `round(fraction * n)` records from the front of the shuffled order, in the
@@ -51,5 +53,6 @@ def split_records(records: Sequence[R], fractions: Mapping[str, float], seed: in
 
 def _check_fractions(fractions: Mapping[str, float]) -> None:
     values = list(fractions.values())
-    if not values or not all(0.0 <= v <= 1.0 for v in values) or not math.isclose(sum(values), 1.0, abs_tol=_SUM_TOLERANCE):
+    if (not values or not all(0.0 <= v <= 1.0 for v in values)
+            or not math.isclose(sum(values), 1.0, abs_tol=_SUM_TOLERANCE)):
         raise ValueError(f"fractions {dict(fractions)}: give each part a share in [0, 1], all shares summing to 1")

@@ -72,7 +72,11 @@ class SyntheticCase:
 
 
 def synthetic_case(
-    site_index: int, case_index: int, shape: tuple[int, int, int] = (48, 48, 48), seed: int = 0, label_map: LabelMap = BRATS_2021
+    site_index: int,
+    case_index: int,
+    shape: tuple[int, int, int] = (48, 48, 48),
+    seed: int = 0,
+    label_map: LabelMap = BRATS_2021,
 ) -> SyntheticCase:
     """Generate one case in memory (deterministic in seed, site and case index)."""
     style = site_style(site_index)
@@ -125,9 +129,11 @@ def write_brats_site(
         if layout == "dicom":
             study, frame = _uid(seed, case_id, "study"), _uid(seed, case_id, "frame")
             for c, modality in enumerate(MODALITIES):
-                ids = SeriesIds(study=study, series=_uid(seed, case_id, modality), frame_of_reference=frame, patient_id=case_id)
+                ids = SeriesIds(study=study, series=_uid(seed, case_id, modality), frame_of_reference=frame,
+                                patient_id=case_id)
                 write_dicom_series(case_dir / DEFAULT_DICOM_FOLDERS[modality], case.stored[c], case.affine, ids,
-                                   description=modality.upper(), slope=case.slope, intercept=case.intercept, series_number=c + 1)
+                                   description=modality.upper(), slope=case.slope, intercept=case.intercept,
+                                   series_number=c + 1)
         elif layout == "nifti":
             for c, modality in enumerate(MODALITIES):
                 write_nifti(case_dir / f"{case_id}_{modality}.nii.gz", case.image[c], case.affine)

@@ -62,7 +62,9 @@ def write_isic_site(
     truth_rows, meta_rows = [], []
     for i, label in enumerate(labels):
         name = f"ISIC_{site_index * 100_000 + i:07d}" + ("_downsampled" if i % _DOWNSAMPLED_EVERY == 3 else "")
-        PILImage.fromarray(_lesion(classes[label], size, tint, rng)).save(out / IMAGE_FOLDER / f"{name}.jpg", quality=92)
+        PILImage.fromarray(_lesion(classes[label], size, tint, rng)).save(
+            out / IMAGE_FOLDER / f"{name}.jpg", quality=92
+        )
         truth_rows.append([name, *("1.0" if c == classes[label] else "0.0" for c in ISIC_CLASSES)])
         meta_rows.append([name, str(5 * int(rng.integers(6, 18))), str(rng.choice(_SITES_ANATOMY)),
                           f"SITE{site_index}_{i:07d}", str(rng.choice(("male", "female")))])
@@ -80,7 +82,10 @@ def _lesion(diagnosis: str, size: int, tint: np.ndarray, rng: np.random.Generato
     wobble = sum(np.sin(k * angle + p) for k, p in zip((3, 5, 7), phases))
     border = 0.28 * rng.uniform(0.85, 1.15) * (1 + irregularity * 0.25 * wobble)
     inside = radius < border
-    texture = 0.5 + 0.5 * np.sin(2 * np.pi * frequency * size / 16 * (x + y) + phases[0]) if frequency else np.full_like(x, 0.5)
+    texture = (
+        0.5 + 0.5 * np.sin(2 * np.pi * frequency * size / 16 * (x + y) + phases[0]) if frequency
+        else np.full_like(x, 0.5)
+    )
     skin = np.array([215.0, 170.0, 145.0]) + tint
     lesion = np.asarray(colour, dtype=float) * (0.8 + 0.4 * texture[..., None])
     image = np.where(inside[..., None], lesion, skin) + rng.normal(0, 6, (size, size, 3))
