@@ -51,4 +51,6 @@ class Journal:
 def table(headers: list[str], rows: list[list[str]]) -> str:
     """Rows as aligned text columns, for site IT's terminal."""
     widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
-    return "\n".join("  ".join(str(cell).ljust(w) for cell, w in zip(line, widths)).rstrip() for line in [headers, *rows])
+    return "\n".join(
+        "  ".join(str(cell).ljust(w) for cell, w in zip(line, widths)).rstrip() for line in [headers, *rows]
+    )

@@ -57,7 +57,8 @@ class SiteKit:
         root = Path(root)
         config_path = root / "startup" / "fed_client.json"
         if not config_path.is_file():
-            raise KitError(f"{config_path}: not found; give the folder of the site's startup kit (it holds startup/ and local/)")
+            raise KitError(f"{config_path}: not found; "
+                           "give the folder of the site's startup kit (it holds startup/ and local/)")
         try:
             config = json.loads(config_path.read_text())
             server = config["servers"][0]

@@ -48,9 +48,9 @@ class Ledger:
         if spend is None or (spent.epsilon + spend.epsilon <= policy.budget_epsilon
                              and spent.delta + spend.delta <= policy.budget_delta):
             return ""
-        return (f"the job would spend epsilon {spend.epsilon:.4g}, delta {spend.delta:.3g} ({spend.basis}); this site has "
-                f"spent epsilon {spent.epsilon:.4g}, delta {spent.delta:.3g} of its budget epsilon {policy.budget_epsilon}, "
-                f"delta {policy.budget_delta} over {spent.jobs} jobs")
+        return (f"the job would spend epsilon {spend.epsilon:.4g}, delta {spend.delta:.3g} ({spend.basis}); "
+                f"this site has spent epsilon {spent.epsilon:.4g}, delta {spent.delta:.3g} "
+                f"of its budget epsilon {policy.budget_epsilon}, delta {policy.budget_delta} over {spent.jobs} jobs")
 
     def charge(self, job_id: str, kind: str, submitter: str, spend: Spend | None, policy: SitePolicy) -> str:
         """Record the job's spend and return "", or return why it would exceed the budget (nothing recorded)."""
@@ -75,7 +75,8 @@ def format_ledger(entries: list[dict[str, Any]], policy: SitePolicy | None) -> s
     rows = [[e["time"], e["job_id"], e["job_kind"], e["submitter"],
              "-" if e["epsilon"] is None else f"{e['epsilon']:.4g}", "-" if e["delta"] is None else f"{e['delta']:.3g}",
              e["basis"]] for e in entries]
-    lines = [table(["TIME", "JOB", "KIND", "SUBMITTER", "EPSILON", "DELTA", "BASIS"], rows)] if rows else ["no job charged yet"]
+    lines = ([table(["TIME", "JOB", "KIND", "SUBMITTER", "EPSILON", "DELTA", "BASIS"], rows)] if rows
+             else ["no job charged yet"])
     totals = _totals(entries)
     spent = f"spent: epsilon {totals.epsilon:.4g}, delta {totals.delta:.3g} over {totals.jobs} jobs"
     if policy is not None:

@@ -50,7 +50,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("fedkt", help="FedKT-CSD: export the site's statistics for review, demo autoencoder")
     commands = parser.add_subparsers(dest="fedkt_command", required=True, metavar="COMMAND")
 
-    export = commands.add_parser("export", help="write exactly the statistics a FedKT-CSD job would send, with a summary")
+    export = commands.add_parser("export",
+                                 help="write exactly the statistics a FedKT-CSD job would send, with a summary")
     export.add_argument("--kit", required=True, help="this site's startup kit (its local/site_agent.json is read)")
     export.add_argument("--out", required=True, help="folder for the export (give it a dataset key to send it)")
     export.add_argument("--site", help="site name for {site_name} in configured paths (default: the kit folder's name)")
@@ -63,7 +64,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     export.set_defaults(func=_export)
 
     demo = commands.add_parser("train-demo-autoencoder",
-                               help="train the small demo DC-AE on public synthetic images and save it with its clip norm")
+                               help="train the small demo DC-AE on public synthetic images and save it with its "
+                                    "clip norm")
     demo.add_argument("--out", required=True, help="folder to write (config.json, weights, clip_norm.json)")
     demo.add_argument("--images", type=int, default=2048, help="public synthetic images to train on")
     demo.add_argument("--steps", type=int, default=1500, help="training steps (about 0.1 s each on 2 idle CPU cores)")

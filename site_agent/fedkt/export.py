@@ -98,7 +98,8 @@ def read_export(folder: Path, settings: ExportSettings, identity: AutoencoderIde
              if metadata.get(key) != value]
     if wrong:
         raise ValueError(f"{meta_path}: the reviewed export does not fit this job: {'; '.join(wrong)}. "
-                         "Export again with the job's parameters, review it, or run the job without reviewed_statistics")
+                         "Export again with the job's parameters, review it, "
+                         "or run the job without reviewed_statistics")
     data = payload_path.read_bytes()
     if hashlib.sha256(data).hexdigest() != metadata["payload_sha256"]:
         raise ValueError(f"{payload_path}: sha256 differs from the reviewed one in {meta_path}; the file changed "

@@ -25,7 +25,8 @@ def _isic_federation(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("isic-federation", help="split a real ISIC 2019 folder into the PLayer-FL paper's "
                                                            "federation (FLamby centres, 4 classes, capped)")
-    parser.add_argument("--source", required=True, help="ISIC 2019 training folder (ground-truth and metadata CSVs, images)")
+    parser.add_argument("--source", required=True,
+                        help="ISIC 2019 training folder (ground-truth and metadata CSVs, images)")
     parser.add_argument("--out", required=True, help="folder for site-1..N and federation.json")
     parser.add_argument("--ham-metadata", help="HAM10000 metadata CSV (image_id, dataset): splits HAM images by centre")
     parser.add_argument("--centres", help="FLamby centres in site order, comma separated (default: the paper's four, "

@@ -42,8 +42,8 @@ def adam(model: nn.Module, learning_rate: float, weight_decay: float) -> torch.o
     return torch.optim.Adam(trainable, lr=learning_rate, weight_decay=weight_decay, amsgrad=True)
 
 
-def train_epochs(model: nn.Module, loader: DataLoader[Any], loss_fn: LossFn, epochs: int, optimizer: torch.optim.Optimizer,
-                 penalty: Penalty | None = None, device: torch.device = CPU) -> float:
+def train_epochs(model: nn.Module, loader: DataLoader[Any], loss_fn: LossFn, epochs: int,
+                 optimizer: torch.optim.Optimizer, penalty: Penalty | None = None, device: torch.device = CPU) -> float:
     """Train `model` (on `device`) with `optimizer` for `epochs` passes; returns the last epoch's mean loss.
     `penalty(model)` is added to every batch loss (FedProx's and Ditto's proximal terms), outside autocast."""
     precision = select_precision(device)
@@ -136,7 +136,8 @@ class LocalTrainer:
         self.optimizers[role] = optimizer.state_dict()
 
     def batches(self) -> Iterator[tuple[Tensor, Tensor]]:
-        """The round's training batches on the device, `epochs` passes, for methods with their own inner loop (pFedMe)."""
+        """The round's training batches on the device, `epochs` passes, for methods with their own inner loop
+        (pFedMe)."""
         loader = self._loader(0)
         for _ in range(self.epochs):
             for images, labels in loader:

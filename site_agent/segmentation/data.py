@@ -54,7 +54,8 @@ class SiteSplit:
 def ras_1mm() -> list[MapTransform]:
     """Reorient to RAS and resample to 1 mm isotropic voxels (trilinear images, nearest-neighbour labels), as the
     BraTS data and both anchors' pipelines are: for sites whose cases are not BraTS-preprocessed."""
-    return [Orientationd(keys=KEYS, axcodes="RAS", labels=None, allow_missing_keys=True),  # labels: the MetaTensor's space
+    # labels: the MetaTensor's space
+    return [Orientationd(keys=KEYS, axcodes="RAS", labels=None, allow_missing_keys=True),
             Spacingd(keys=KEYS, pixdim=(1.0, 1.0, 1.0), mode=("bilinear", "nearest"), allow_missing_keys=True)]
 
 
@@ -128,10 +129,14 @@ def load_site_data(
     split = SiteSplit(**split_records(discover_cases(Path(folder)), fractions, seed, folder))
     labels = LABEL_MAPS[label_map]
     prepare = [*(ras_1mm() if resample_ras_1mm else []), normalise()]
-    recipe = hashlib.sha256(repr((AGENT_VERSION, label_map, grid, resample_ras_1mm, list(roi_size))).encode()).hexdigest()
+    recipe = hashlib.sha256(
+        repr((AGENT_VERSION, label_map, grid, resample_ras_1mm, list(roi_size))).encode()
+    ).hexdigest()
     if cache_dir is not None:
         Path(cache_dir).mkdir(mode=0o700, parents=True, exist_ok=True)  # decoded patient volumes: the service account's
-    train_dir, eval_dir = (None, None) if cache_dir is None else (Path(cache_dir) / recipe[:16] / p for p in ("train", "eval"))
+    train_dir, eval_dir = (
+        (None, None) if cache_dir is None else (Path(cache_dir) / recipe[:16] / p for p in ("train", "eval"))
+    )
     train = brats_dataset(split.train, labels, grid, [*prepare, *train_augmentation(roi_size)], cache_rate, train_dir)
     val, test = (brats_dataset(cases, labels, grid, prepare, cache_rate, eval_dir) for cases in (split.val, split.test))
     return SiteData(split, train, val, test)

@@ -27,7 +27,9 @@ def privatise_update(
     """The parameters the site sends instead of `local_params` (same names, shapes and dtypes)."""
     if clip_norm <= 0 or noise_multiplier < 0:
         raise ValueError(f"DP needs clip_norm > 0 and noise_multiplier >= 0, got {clip_norm} and {noise_multiplier}")
-    diff = {k: np.asarray(local_params[k], np.float64) - np.asarray(global_params[k], np.float64) for k in global_params}
+    diff = {
+        k: np.asarray(local_params[k], np.float64) - np.asarray(global_params[k], np.float64) for k in global_params
+    }
     norm = float(np.sqrt(sum(np.sum(d * d) for d in diff.values())))
     scale = min(1.0, clip_norm / norm) if norm > 0 else 1.0
     std = noise_std(clip_norm, noise_multiplier)

@@ -59,7 +59,8 @@ def estimate_training_memory(net: nn.Module, out_channels: int, precision: Preci
     per_voxel = (large - small) / (voxels[1] - voxels[0])
     constant = max(small - per_voxel * voxels[0], 0.0)
     parameter_bytes = sum(p.numel() for p in probe.parameters()) * 4
-    return MemoryEstimate(int(4 * parameter_bytes + constant) + FIXED_MARGIN_BYTES, per_voxel * (1 + WORKSPACE_FRACTION))
+    return MemoryEstimate(int(4 * parameter_bytes + constant) + FIXED_MARGIN_BYTES,
+                          per_voxel * (1 + WORKSPACE_FRACTION))
 
 
 def _saved_bytes(net: nn.Module, out_channels: int, precision: Precision, roi: Sequence[int]) -> int:

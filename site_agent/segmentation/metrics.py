@@ -42,7 +42,12 @@ from fl_contract.segmentation import (
     cases_key,
     metric_key,
 )
-from site_agent.segmentation.predict import label_map_from_regions, region_logits, regions_from_label_map, regions_from_logits
+from site_agent.segmentation.predict import (
+    label_map_from_regions,
+    region_logits,
+    regions_from_label_map,
+    regions_from_logits,
+)
 
 REFERENCE_VOXELS, PREDICTED_VOXELS = "reference_voxels", "predicted_voxels"
 LESIONS_FOUND, LESIONS_MISSED, FALSE_POSITIVE_LESIONS = "lesions_found", "lesions_missed", "false_positive_lesions"
@@ -231,7 +236,9 @@ def score_cases(net: nn.Module, loader: DataLoader, roi_size: Sequence[int], dev
         for case_logits, item in zip(logits, decollate_batch(batch)):
             labels = label_map_from_regions(regions_from_logits(case_logits), label_map)
             spacing = affine_to_spacing(item["image"].affine, r=3).tolist()
-            scores.append(score_case(str(item["case_id"]), regions_from_label_map(labels, label_map), item["label"], spacing))
+            scores.append(
+                score_case(str(item["case_id"]), regions_from_label_map(labels, label_map), item["label"], spacing)
+            )
     return scores
 
 

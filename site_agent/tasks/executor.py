@@ -111,8 +111,8 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
         if not (privacy.client_dp and result.params):
             return
         if self._weight_updates_sent >= privacy.num_rounds:
-            raise RuntimeError(f"the job declared {privacy.num_rounds} rounds of client-side DP and the site charged its "
-                               "budget for that many; it sends no further update")
+            raise RuntimeError(f"the job declared {privacy.num_rounds} rounds of client-side DP "
+                               "and the site charged its budget for that many; it sends no further update")
         self._weight_updates_sent += 1
 
     def _audit_result(self, task_name: str, reply: Shareable, fl_ctx: FLContext) -> None:
@@ -140,7 +140,9 @@ class TrackedTask(TaskExecutor):
         if event_type == EventType.START_RUN and self.analytic_sender_id:
             self._writer = fl_ctx.get_engine().get_component(self.analytic_sender_id)
             if self._writer is None:
-                self.system_panic(f"the job names tracking component {self.analytic_sender_id!r} but does not define it", fl_ctx)
+                self.system_panic(
+                    f"the job names tracking component {self.analytic_sender_id!r} but does not define it", fl_ctx
+                )
 
     def track(self, metrics: dict[str, float], step: int) -> None:
         """Each metric to the job's writer at `step` (the round it describes)."""

@@ -111,11 +111,13 @@ class PLayerFLTask(TrackedTask):
         metrics = self._validate(site, state, net, trainer, final_round)
         save_state(state, site.state_folder, int(model.current_round or 0))
         if self._strategy.selects_best_snapshot:
-            if state.best is None:  # _validate has just offered a snapshot, and a macro-F1 always beats the initial -inf
+            # _validate has just offered a snapshot, and a macro-F1 always beats the initial -inf
+            if state.best is None:
                 raise RuntimeError(f"site {ctx.site_name}: no best-validation snapshot to evaluate")
             chosen, best_round, best_score = trainer.model_from(state.best), state.best_round, state.best_score
         else:
-            chosen, best_round, best_score = self._strategy.deployed(net, state, trainer), final_round, metrics["val_macro_f1"]
+            chosen, best_round, best_score = (self._strategy.deployed(net, state, trainer), final_round,
+                                              metrics["val_macro_f1"])
         test = evaluate(chosen, site.test, trainer.device)
         metrics = {**metrics, "test_macro_f1": test["macro_f1"], "test_balanced_accuracy": test["balanced_accuracy"],
                    "best_round": best_round, "best_val_macro_f1": best_score}
@@ -139,8 +141,8 @@ class PLayerFLTask(TrackedTask):
         received = model.params or {}
         expected = prefix_keys(self.layers, int(model.meta[protocol.SHARED_LAYERS]))
         if sorted(received) != sorted(expected):
-            raise ValueError(f"site {ctx.site_name}: the server sent {len(received)} parameters, expected the {len(expected)} "
-                             f"of the first {model.meta[protocol.SHARED_LAYERS]} layers")
+            raise ValueError(f"site {ctx.site_name}: the server sent {len(received)} parameters, "
+                             f"expected the {len(expected)} of the first {model.meta[protocol.SHARED_LAYERS]} layers")
         load_numpy_params(net, received, strict=False)
         return site, state, net
 
@@ -161,8 +163,9 @@ class PLayerFLTask(TrackedTask):
             return build_model(self.job.model, **self.model_args)
 
     def _trainer(self, site: _Site, state: SiteState, round_number: int, device: torch.device) -> LocalTrainer:
-        return LocalTrainer(site.train, self.layers, self._new_model, site.loss_fn, self.job.local_epochs, self.job.batch_size,
-                            self.job.learning_rate, self.job.weight_decay, self.seed, round_number, state.optimizers, device)
+        return LocalTrainer(site.train, self.layers, self._new_model, site.loss_fn, self.job.local_epochs,
+                            self.job.batch_size, self.job.learning_rate, self.job.weight_decay, self.seed,
+                            round_number, state.optimizers, device)
 
     def _load_site(self, ctx: SiteContext) -> _Site:
         if self._site is None:

@@ -108,10 +108,11 @@ class SegmentationTask(TrackedTask):
             return
         free, _ = torch.cuda.mem_get_info(device)
         free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)  # our allocator's cache
-        estimate = estimate_training_memory(build_model(MODEL, **self.model_args), len(REGIONS), select_precision(device))
+        estimate = estimate_training_memory(build_model(MODEL, **self.model_args), len(REGIONS),
+                                            select_precision(device))
         needed = check_training_memory(estimate, self.job.batch_size, self.job.roi_size, free)
-        self.logger.info(f"batch {self.job.batch_size} at ROI {self.job.roi_size}: about {needed / GIB:.1f} GiB of the GPU's "
-                         f"{free / GIB:.1f} GiB free (estimate)")
+        self.logger.info(f"batch {self.job.batch_size} at ROI {self.job.roi_size}: "
+                         f"about {needed / GIB:.1f} GiB of the GPU's {free / GIB:.1f} GiB free (estimate)")
         self._memory_checked = True
 
     def site_data(self, ctx: SiteContext) -> SiteData:
@@ -119,10 +120,11 @@ class SegmentationTask(TrackedTask):
         workspace instead of memory when the site's `data_cache` says so."""
         folder = ctx.data_dir(self.job.dataset)
         if folder not in self._data:
-            cache_dir = ctx.workspace_dir / "data_cache" / "segmentation" if ctx.config.compute.data_cache == "disk" else None
-            self._data[folder] = load_site_data(folder, self.job.roi_size, self.job.label_map, self.grid, self.job.val_fraction,
-                                                self.job.cache_rate, self.seed, self.job.test_fraction, self.job.resample_ras_1mm,
-                                                cache_dir)
+            cache_dir = (ctx.workspace_dir / "data_cache" / "segmentation" if ctx.config.compute.data_cache == "disk"
+                         else None)
+            self._data[folder] = load_site_data(folder, self.job.roi_size, self.job.label_map, self.grid,
+                                                self.job.val_fraction, self.job.cache_rate, self.seed,
+                                                self.job.test_fraction, self.job.resample_ras_1mm, cache_dir)
         return self._data[folder]
 
     def network(self, params: dict[str, np.ndarray], device: torch.device) -> nn.Module:
@@ -134,8 +136,8 @@ class SegmentationTask(TrackedTask):
               task: str) -> dict[str, float]:
         """Dice and HD95 of `net` (the global model as received) on the label maps of the `split` cases. Each case's
         row goes to the site's per-case file (never sent); the site's means and case counts are returned."""
-        scores = score_cases(net, data.eval_loader(split), self.job.roi_size, ctx.device, LABEL_MAPS[self.job.label_map],
-                             self.job.sw_batch_size, self.job.sw_overlap)
+        scores = score_cases(net, data.eval_loader(split), self.job.roi_size, ctx.device,
+                             LABEL_MAPS[self.job.label_map], self.job.sw_batch_size, self.job.sw_overlap)
         append_case_results(case_results_path(ctx.workspace_dir, ctx.job_id), scores, int(model.current_round or 0),
                             task, split)
         return site_summary(scores, split)

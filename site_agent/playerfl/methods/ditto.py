@@ -33,5 +33,6 @@ class Ditto(SiteMethod):
 def personal_model(state: SiteState, trainer: LocalTrainer, method: str) -> nn.Module:
     """The personal model the site keeps (Ditto, pFedMe)."""
     if state.personal is None:
-        raise RuntimeError(f"the site's saved state has no {method} personal model: another method of this job saved it")
+        raise RuntimeError(f"the site's saved state has no {method} personal model: "
+                           "another method of this job saved it")
     return trainer.model_from(state.personal)

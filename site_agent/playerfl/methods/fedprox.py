@@ -11,4 +11,6 @@ from site_agent.playerfl.training import LocalTrainer, proximal_penalty
 
 class FedProx(SiteMethod):
     def train(self, net: nn.Module, received: StateDict, state: SiteState, trainer: LocalTrainer) -> LocalRound:
-        return LocalRound(trainer.train(net, penalty=proximal_penalty(trainer.model_from(received), self.options.fedprox_mu)))
+        return LocalRound(
+            trainer.train(net, penalty=proximal_penalty(trainer.model_from(received), self.options.fedprox_mu))
+        )
