@@ -136,7 +136,8 @@ class FedAvgController(RoundWorkflow):
         self.recorder.record["test"] = test
 
     def job_summary(self) -> dict[str, Any]:
-        return {"workflow": "fedavg", "model": self.model, "model_args": self.model_args, "num_rounds": self.job.num_rounds,
-                "aggregation": self.job.aggregation, **self.rule_options, "min_clients": self.job.min_clients,
+        return {"workflow": "fedavg", "model": self.model, "model_args": self.model_args,
+                "num_rounds": self.job.num_rounds, "aggregation": self.job.aggregation, **self.rule_options,
+                "min_clients": self.job.min_clients,
                 "selection_metric": self.selection_metric, "selection_weight": self.selection_weight,
                 "test_metric": self.test_metric, "test_weight": self.test_weight, "seed": self.job.seed}

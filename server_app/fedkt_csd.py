@@ -102,7 +102,8 @@ class FedKTCSDController(SiteAwareController):
         manifest = {**release.manifest, "classes": self.classes, "sites": sites, "session": secagg.session,
                     "secure_aggregation": self._secagg_record,
                     "samples_per_class": {self.classes[c]: n for c, n in zip(release.gaussians.classes, counts)},
-                    "image_size": self.job.image_size, "sampling_seed": self.job.seed, "site_agent_version": __version__}
+                    "image_size": self.job.image_size, "sampling_seed": self.job.seed,
+                    "site_agent_version": __version__}
         outputs.write_manifest(app_dir / outputs.MANIFEST_FILE, manifest)
         self.info(f"released {len(labels)} synthetic images of classes "
                   f"{[self.classes[c] for c in release.gaussians.classes]} into {app_dir}")
@@ -178,7 +179,8 @@ class FedKTCSDController(SiteAwareController):
         return {"workflow": "fedkt_csd", "classes": self.classes, "autoencoder": self.job.autoencoder,
                 "image_size": self.job.image_size, "epsilon": self.job.epsilon, "delta": self.job.delta,
                 "adjacency": self.job.adjacency, "method": self.job.method,
-                "count_noise_multiplier": self.job.count_noise_multiplier, "samples_per_class": self.job.samples_per_class,
+                "count_noise_multiplier": self.job.count_noise_multiplier,
+                "samples_per_class": self.job.samples_per_class,
                 "min_clients": self.job.min_clients, "min_count": self.job.min_count, "evaluate": self.job.evaluate,
                 "classifier_epochs": self.job.classifier_epochs, "classifier_min_steps": self.job.classifier_min_steps,
                 "seed": self.job.seed}

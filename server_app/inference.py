@@ -41,7 +41,8 @@ class InferenceController(SiteAwareController):
     def run(self) -> None:
         recorder = RunRecorder(Path(self.get_app_dir()), {"workflow": "inference", "model": self.model,
                                                           "model_args": self.model_args, "model_key": self.model_key,
-                                                          "model_file": self.model_file, "min_clients": self.job.min_clients})
+                                                          "model_file": self.model_file,
+                                                          "min_clients": self.job.min_clients})
         try:
             params, identity = self._load_model()
         except (OSError, ValueError, RuntimeError) as err:

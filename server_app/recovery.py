@@ -175,4 +175,6 @@ class JobRecovery(FLComponent):
             manager.update_meta(job.job_id, update, fl_ctx)
             manager.set_status(job.job_id, RunStatus.FINISHED_ABNORMAL, fl_ctx)
             resumed = f"; resumed as job {update[RESUMED_AS_KEY]}" if RESUMED_AS_KEY in update else ""
-            self.log_warning(fl_ctx, f"job {job.job_id} ({meta.get(JobMetaKey.JOB_NAME.value)}): {update[REASON_KEY]}{resumed}")
+            self.log_warning(
+                fl_ctx, f"job {job.job_id} ({meta.get(JobMetaKey.JOB_NAME.value)}): {update[REASON_KEY]}{resumed}"
+            )

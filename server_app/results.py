@@ -1,4 +1,5 @@
-"""What the admin downloads from a job: `results.json` (per-round record) and `global_model.pt` in the server app folder.
+"""What the admin downloads from a job: `results.json` (per-round record) and `global_model.pt` in the server app
+folder.
 
 `global_model.pt` (and, for jobs that select a best model, `best_global_model.pt`) is a plain `state_dict` of
 tensors, loadable with `torch.load(path, weights_only=True)`.

@@ -43,10 +43,13 @@ def markdown(results: dict[str, Any]) -> str:
     table = dice_table(results)
     sites = sorted({s for row in table.values() for s in row})
     federation = _federation_mean(results)
-    lines = ["| model round | " + " | ".join(sites) + " | federation (weighted) |", "|---:|" + "---:|" * (len(sites) + 1)]
+    lines = ["| model round | " + " | ".join(sites) + " | federation (weighted) |",
+             "|---:|" + "---:|" * (len(sites) + 1)]
     for model_round, row in sorted(table.items()):
         cells = [f"{row[s]['mean']:.3f}" if s in row else "-" for s in sites]
-        lines.append(f"| {model_round} | " + " | ".join(cells) + f" | {federation.get(model_round, float('nan')):.3f} |")
+        lines.append(
+            f"| {model_round} | " + " | ".join(cells) + f" | {federation.get(model_round, float('nan')):.3f} |"
+        )
     last = max(table)
     lines += ["", f"Final model (round {last}), Dice per region:", "",
               "| site | TC | WT | ET | mean |", "|---|---:|---:|---:|---:|"]
@@ -72,7 +75,8 @@ def _test_lines(test: dict[str, Any] | None) -> list[str]:
         lines.append(f"| {site} | {m['test_cases']:.0f} | {dice} | {m['test_hd95_mean']:.1f} | {lesion_wise} |")
     federation = test.get("federation")
     if federation:
-        lines += ["", f"Federation ({federation['metric']}, weighted by {federation['weight']}): {federation['value']:.3f}."]
+        lines += ["", f"Federation ({federation['metric']}, weighted by {federation['weight']}): "
+                      f"{federation['value']:.3f}."]
     return lines
 
 

@@ -18,7 +18,9 @@ Params = dict[str, np.ndarray]
 
 def site_weighted_mean(metrics: Mapping[str, Mapping[str, float]], metric: str, weight: str | None = None) -> float:
     """Mean of `metric` over sites, weighted by each site's `weight` metric (equal weights when None)."""
-    missing = sorted(site for site, values in metrics.items() if metric not in values or (weight and weight not in values))
+    missing = sorted(
+        site for site, values in metrics.items() if metric not in values or (weight and weight not in values)
+    )
     if missing:
         raise ValueError(f"sites {missing} did not report {metric!r}{f' and {weight!r}' if weight else ''}; "
                          "is the job's selection_metric one of the metrics its site task sends?")

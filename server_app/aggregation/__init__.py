@@ -22,7 +22,14 @@ from server_app.aggregation.intake import (
 )
 from server_app.aggregation.median import coordinate_median
 from server_app.aggregation.trimmed_mean import trimmed_mean
-from server_app.aggregation.updates import Params, SiteUpdate, UpdateRejected, check_sample_count, check_update, check_updates
+from server_app.aggregation.updates import (
+    Params,
+    SiteUpdate,
+    UpdateRejected,
+    check_sample_count,
+    check_update,
+    check_updates,
+)
 from server_app.aggregation.weighted_mean import weighted_mean
 
 RULES: dict[str, Callable[..., Params]] = {

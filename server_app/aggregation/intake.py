@@ -66,7 +66,8 @@ class RoundIntake:
 
 def take_updates(results: Sequence[FLModel], expected_sites: Iterable[str], check: UpdateCheck,
                  log_rejection: Callable[[str], None] = lambda message: None) -> RoundIntake:
-    """Validate every result with `check`; the valid ones come back sorted by site name, whatever their arrival order."""
+    """Validate every result with `check`; the valid ones come back sorted by site name, whatever their arrival
+    order."""
     by_site: dict[str, list[FLModel]] = {}
     for result in results:
         by_site.setdefault(site_name(result), []).append(result)

@@ -13,4 +13,6 @@ from server_app.aggregation.updates import Params, SiteUpdate, as_original_dtype
 
 
 def coordinate_median(updates: Sequence[SiteUpdate]) -> Params:
-    return {name: as_original_dtype(np.median(stack(updates, name), axis=0), updates, name) for name in updates[0].params}
+    return {
+        name: as_original_dtype(np.median(stack(updates, name), axis=0), updates, name) for name in updates[0].params
+    }

@@ -29,7 +29,8 @@ class SiteUpdate:
 
 
 def check_sample_count(update: SiteUpdate) -> None:
-    """Refuse an update without a positive integer sample count: weighted rules would divide by it or let it dominate."""
+    """Refuse an update without a positive integer sample count: weighted rules would divide by it or let it
+    dominate."""
     count = update.num_samples
     if not isinstance(count, (int, np.integer)) or count <= 0:
         raise UpdateRejected(update.site, f"number of training samples must be a positive integer, got {count!r}")
@@ -51,7 +52,8 @@ def check_update(update: SiteUpdate, reference: Mapping[str, np.ndarray] | None)
         if not np.issubdtype(array.dtype, np.floating):
             raise UpdateRejected(update.site, f"parameter {name!r} has dtype {array.dtype}, expected floating point")
         if reference is not None and array.shape != np.shape(reference[name]):
-            raise UpdateRejected(update.site, f"parameter {name!r} has shape {array.shape}, expected {np.shape(reference[name])}")
+            raise UpdateRejected(update.site,
+                                 f"parameter {name!r} has shape {array.shape}, expected {np.shape(reference[name])}")
         if not np.all(np.isfinite(array)):
             raise UpdateRejected(update.site, f"parameter {name!r} contains NaN or infinite values")
 

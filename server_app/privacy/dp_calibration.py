@@ -147,7 +147,7 @@ def _count_share(count_multiplier: float | None, whole: float, epsilon: float, d
     if count_multiplier is None:
         return 0.0
     if not count_multiplier > whole:
-        raise ValueError(f"count_noise_multiplier {count_multiplier} leaves nothing for the sums: at epsilon {epsilon}, "
-                         f"delta {delta} it must exceed {whole:.4f} (the multiplier of the whole release as one "
-                         f"query); choose e.g. {math.ceil(2 * whole)}")
+        raise ValueError(f"count_noise_multiplier {count_multiplier} leaves nothing for the sums: "
+                         f"at epsilon {epsilon}, delta {delta} it must exceed {whole:.4f} "
+                         f"(the multiplier of the whole release as one query); choose e.g. {math.ceil(2 * whole)}")
     return float(count_multiplier**-2)
