@@ -138,7 +138,9 @@ def follow_job(session: Session, job_id: str, timeout: float = 600.0, download: 
     return JobOutcome(job_id, status, meta, result_dir)
 
 
-def _follow(link: Reconnecting, job_id: str, timeout: float, say: Callable[[str], None]) -> tuple[str, str, dict[str, Any]]:
+def _follow(
+    link: Reconnecting, job_id: str, timeout: float, say: Callable[[str], None]
+) -> tuple[str, str, dict[str, Any]]:
     last_status, last_wait = None, ""
     deadline = time.monotonic() + timeout
     while True:
@@ -160,7 +162,8 @@ def _follow(link: Reconnecting, job_id: str, timeout: float, say: Callable[[str]
             return job_id, status, meta
         if time.monotonic() > deadline:
             link.run(Session.abort_job, job_id)
-            raise TimeoutError(f"job {job_id} did not finish within {timeout:.0f} s (last status {status}); it was aborted")
+            raise TimeoutError(f"job {job_id} did not finish within {timeout:.0f} s (last status {status}); "
+                               "it was aborted")
         time.sleep(1.0)
 
 

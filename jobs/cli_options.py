@@ -40,7 +40,8 @@ def params_from_args(kind: JobKind[P], args: argparse.Namespace, parser: argpars
     values = {}
     for name, value in vars(args).items():
         if name in names:
-            values[name] = _flatten(value) if isinstance(value, list) and value and isinstance(value[0], list) else value
+            values[name] = (_flatten(value) if isinstance(value, list) and value and isinstance(value[0], list)
+                            else value)
     try:
         return kind.params(**values)
     except ParameterError as exc:

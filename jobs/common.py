@@ -76,7 +76,8 @@ def export(job: FedJob, out_dir: Path) -> Path:
 
 def _class_paths(config: dict[str, Any]) -> list[str]:
     """Every component class a FLARE app config instantiates (executors, workflows, components, filters)."""
-    entries = [e["executor"] for e in config.get("executors", [])] + config.get("workflows", []) + config.get("components", [])
+    entries = ([e["executor"] for e in config.get("executors", [])] + config.get("workflows", [])
+               + config.get("components", []))
     for key in ("task_data_filters", "task_result_filters"):
         entries += [f for group in config.get(key, []) for f in group.get("filters", [])]
     return [e["path"] for e in entries if "path" in e]

@@ -12,7 +12,8 @@ from jobs.spec import JobKind
 DOCS_FILE = "docs/job-parameters.md"
 HEADER = """# Job parameters
 
-Generated from the job kinds' parameters (`fl_contract/job_params/`) by `fl-job docs --out docs/job-parameters.md`; a test
+Generated from the job kinds' parameters (`fl_contract/job_params/`) by \
+`fl-job docs --out docs/job-parameters.md`; a test
 regenerates it and compares. Every parameter is an `fl-job export|submit|simulate KIND` option (`--num-rounds`
 for `num_rounds`); booleans take `--name` / `--no-name`, lists take several values.
 """

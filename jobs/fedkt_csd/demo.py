@@ -57,7 +57,8 @@ def summary(outcome: JobOutcome) -> str:
              f"DP release: epsilon {manifest['epsilon']}, delta {manifest['delta']}, R {manifest['clip_norm']:.2f}, "
              f"{manifest['adjacency']}, noise multiplier {manifest['noise_multiplier']:.4f} (sums, outer products), "
              f"{counts}",
-             "per class: records (noisy), noise/signal of the mean and the covariance, share of the trace that is noise:"]
+             "per class: records (noisy), noise/signal of the mean and the covariance, "
+             "share of the trace that is noise:"]
     for name, d in manifest["diagnostics"].items():
         if d["released"]:
             lines.append(f"  {name}: {d['records']:.0f} records, mean {_number(d['mean_noise_to_signal'], '.2f')}, "
@@ -73,7 +74,8 @@ def summary(outcome: JobOutcome) -> str:
                      f"{budget['steps']} steps), scored on each site's held-out images:")
     for site, metrics in results.get("evaluation", {}).items():
         recall = ", ".join(f"{name} {value:.2f}" for name, value in metrics["recall"].items())
-        lines.append(f"  {site}: accuracy {metrics['accuracy']:.3f}, balanced accuracy {metrics['balanced_accuracy']:.3f} "
+        lines.append(f"  {site}: accuracy {metrics['accuracy']:.3f}, "
+                     f"balanced accuracy {metrics['balanced_accuracy']:.3f} "
                      f"({int(metrics['num_test'])} images; recall {recall})")
     lines += [f"warning: {warning}" for warning in results.get("warnings", [])]
     return "\n".join(lines)

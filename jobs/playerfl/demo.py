@@ -32,7 +32,8 @@ def summary(outcome: JobOutcome) -> str:
               for site, m in sorted(results["evaluation"].items())]
     s = results["summary"]
     lines.append(f"federation (weighted by training size): macro-F1 {s['test_macro_f1']:.3f}, balanced accuracy "
-                 f"{s['test_balanced_accuracy']:.3f}; fairness (variance of macro-F1) {s['test_macro_f1_variance']:.4f}")
+                 f"{s['test_balanced_accuracy']:.3f}; "
+                 f"fairness (variance of macro-F1) {s['test_macro_f1_variance']:.4f}")
     lines.append(f"federated layers: {results['federated_layers']} (the rest stay at each site)")
     return "\n".join(lines)
 

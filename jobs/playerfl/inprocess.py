@@ -76,7 +76,8 @@ def run_in_process(params: PLayerFLParams, sites: Mapping[str, Path], workspace:
         raise ValueError("in-process runs have no FLARE tracking components: set tracking=False")
     workspace = Path(workspace)
     names = sorted(sites)
-    contexts = {site: SiteContext(site, SiteConfig(workspace / site / "site_agent.json", {params.dataset: str(sites[site])}),
+    contexts = {site: SiteContext(site,
+                                  SiteConfig(workspace / site / "site_agent.json", {params.dataset: str(sites[site])}),
                                   torch.device("cpu"), workspace / site, Signal()) for site in names}
     tasks = {site: KIND.site_task_component(params).instantiate() for site in names}
     app_dir = workspace / "server" / "app_server"

@@ -22,9 +22,10 @@ def site_data(index: int, site: str, root: Path) -> dict[str, str]:
 def summary(outcome: JobOutcome) -> str:
     results = json.loads((outcome.server_app_dir() / RESULTS_FILE).read_text())
     final = results["final_validation"]["selection"]["value"]
-    return (markdown(results) + f"\nfinal global model: validation Dice {final:.3f} (site-weighted mean of TC, WT, ET); "
+    return (markdown(results)
+            + f"\nfinal global model: validation Dice {final:.3f} (site-weighted mean of TC, WT, ET); "
             f"plot it with: fl-seg-report {outcome.result_dir} --out report/")
 
 
-DEMOS = [DemoJob("brats-segmentation", KIND.name, SegmentationParams(num_rounds=3, local_epochs=2, min_clients=3, **CPU_DEMO),
-                 site_data, summary)]
+DEMOS = [DemoJob("brats-segmentation", KIND.name,
+                 SegmentationParams(num_rounds=3, local_epochs=2, min_clients=3, **CPU_DEMO), site_data, summary)]
