@@ -2,7 +2,9 @@
 
 import numpy as np
 import pytest
+import torch
 
+from fl_contract.models import build_model
 from server_app.playerfl_split import (
     SplitInputs,
     choose_split,
@@ -12,6 +14,8 @@ from server_app.playerfl_split import (
     split_over_thresholds,
     threshold_split,
 )
+from site_agent.playerfl.sensitivity import federation_sensitivity
+from site_agent.playerfl.training import focal_loss
 
 # Importance 1, 1, 1, then a layer 20x more sensitive: ratios 2, 1.5, 7.67, ... -> federate the first 3 layers.
 JUMP_CURVE = np.cumsum([1.0, 1.0, 1.0, 20.0, 30.0, 40.0]).tolist()
@@ -146,3 +150,22 @@ def test_with_no_usable_curve_the_split_keeps_round_one_and_warns():
     assert record["federated_layers"] == 5 and record["federation_curve"] is None
     assert "no site sent a usable sensitivity curve" in record["warning"]
     assert set(record["excluded_sites"]) == {"site-1", "site-2"}
+
+
+def test_a_one_class_site_whose_loss_saturates_sends_a_zero_curve_that_the_split_leaves_out():
+    """The site's own sensitivity pass on a one-class training batch whose logits already favour that class by 200
+    (softmax 1.0 in float32, focal loss 0, gradient exactly 0), then the server's rule."""
+    torch.manual_seed(0)
+    model = build_model("cnn5", num_classes=4, channels=[4, 8, 16, 32, 64], hidden=32)
+    with torch.no_grad():
+        model.fc2.bias.copy_(torch.tensor([200.0, 0.0, 0.0, 0.0]))
+    saturated = federation_sensitivity(model, focal_loss(1.0, [1.0, 0.0, 0.0, 0.0]), torch.rand(8, 3, 16, 16),
+                                       torch.zeros(8, dtype=torch.long))
+    curves = {"site-1": EARLY_JUMP + [8.0], "site-2": saturated.cumulative}
+    inputs = SplitInputs(saturated.layers, {s: {"cumulative": c, "importance": np.diff([0.0, *c]).tolist()}
+                                            for s, c in curves.items()}, {"site-1": 50, "site-2": 50}, 2.0, 0)
+
+    record = threshold_split(inputs, lambda message: None)
+
+    assert saturated.cumulative == [0.0] * 7
+    assert list(record["excluded_sites"]) == ["site-2"] and record["site_splits"] == {"site-1": 2}
