@@ -85,7 +85,9 @@ def write_enhanced(source: Path, out: Path, syntax: UID | None = None) -> Path:
     return out
 
 
-def measure(folder: Path, repeats: int, readers: dict[str, Callable[[Path], np.ndarray]] | None = None) -> dict[str, list[float]]:
+def measure(
+    folder: Path, repeats: int, readers: dict[str, Callable[[Path], np.ndarray]] | None = None
+) -> dict[str, list[float]]:
     readers = readers or {
         BASELINE: plain_pydicom,
         "ours (read_dicom_series)": ours,
@@ -131,7 +133,8 @@ def encodings_table(source: Path, work: Path, repeats: int, size: int, slices: i
         base, mine = statistics.median(times[BASELINE]), statistics.median(times["ours"])
         ratio_min = min(times["ours"]) / min(times[BASELINE])
         other = f"{statistics.median(times['highdicom']) * 1e3:.1f}" if "highdicom" in times else ""
-        lines.append(f"| {name} | {base * 1e3:.1f} | {mine * 1e3:.1f} | {mine / base:.2f}x, {ratio_min:.2f}x | {other} |")
+        lines.append(f"| {name} | {base * 1e3:.1f} | {mine * 1e3:.1f} | {mine / base:.2f}x, {ratio_min:.2f}x "
+                     f"| {other} |")
     return "\n".join(lines)
 
 

@@ -70,7 +70,8 @@ def site_pass(model: torch.nn.Module, n_images: int, repeats: int) -> dict[str, 
     peak = matmul_flops()
     t_bare, t_stats = statistics.median(bare), statistics.median(stats)
     return {"images": n_images, "bare_s": t_bare, "stats_s": t_stats, "ratio": t_stats / t_bare,
-            "encoder_gflop_per_image": flops_per_image / 1e9, "encoder_gflops": flops_per_image * n_images / t_bare / 1e9,
+            "encoder_gflop_per_image": flops_per_image / 1e9,
+            "encoder_gflops": flops_per_image * n_images / t_bare / 1e9,
             "matmul_gflops": peak / 1e9, "fraction_of_peak": flops_per_image * n_images / t_bare / peak}
 
 
@@ -89,7 +90,8 @@ def secure_aggregation(num_sites: int, rng: np.random.Generator) -> dict[str, fl
     relayed = server.relay(shares)
     lost = sorted(sites)[-1]
     masked = {name: _timed(timed, "mask", lambda name=name: sites[name].mask(
-        vectors[name], server.sharing, {k.split("/")[0]: v for k, v in relayed.items() if k.endswith("/" + name)}), name)
+        vectors[name], server.sharing,
+        {k.split("/")[0]: v for k, v in relayed.items() if k.endswith("/" + name)}), name)
         for name in server.sharing if name != lost}
     server.collect(masked)
     revealed = {name: Revealed(*sites[name].reveal(server.survivors, server.dropped)) for name in server.survivors}
@@ -98,7 +100,8 @@ def secure_aggregation(num_sites: int, rng: np.random.Generator) -> dict[str, fl
     total = server.unmask(masked, revealed)
     timed["unmask"] = time.perf_counter() - started
     started = time.perf_counter()
-    release_class_gaussians(from_ring(total, CLASSES, R), calibration, noise_seed=0, min_count=FedKTCSDParams().min_count)
+    release_class_gaussians(from_ring(total, CLASSES, R), calibration, noise_seed=0,
+                            min_count=FedKTCSDParams().min_count)
     timed["release"] = time.perf_counter() - started
     assert np.array_equal(total, np.sum([vectors[n] for n in server.survivors], axis=0, dtype=np.uint64))
     return timed
@@ -128,8 +131,8 @@ def main() -> None:
           f"{site['encoder_gflop_per_image']:.4f} | {site['encoder_gflops']:.2f} | {site['matmul_gflops']:.1f} | "
           f"{site['fraction_of_peak']:.4f} |")
     rng = np.random.default_rng(0)
-    print("\n| sites (one lost after sharing) | threshold | one site: share (s) | one site: mask (s) | server: unmask (s) "
-          "| server: decode + DP release (s) |\n|---|---|---|---|---|---|")
+    print("\n| sites (one lost after sharing) | threshold | one site: share (s) | one site: mask (s) "
+          "| server: unmask (s) | server: decode + DP release (s) |\n|---|---|---|---|---|---|")
     for n in (10, 30, 100):
         t = secure_aggregation(n, rng)
         print(f"| {n} | {n // 2 + 1} | {t['share']:.3f} | {t['mask']:.3f} | {t['unmask']:.3f} | {t['release']:.3f} |")

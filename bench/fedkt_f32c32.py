@@ -87,8 +87,9 @@ def measure(n_images: int, repeats: int) -> dict[str, Any]:
 
 def table(m: dict[str, Any]) -> str:
     return "\n".join([
-        f"dc-ae-f32c32-in-1.0 architecture, random weights: {m['params_m']:.1f}M parameters ({m['encoder_params_m']:.1f}M "
-        f"in the encoder); {m['images']} images of 64x64, best of {m['repeats']} interleaved runs; torch "
+        f"dc-ae-f32c32-in-1.0 architecture, random weights: {m['params_m']:.1f}M parameters "
+        f"({m['encoder_params_m']:.1f}M in the encoder); {m['images']} images of 64x64, "
+        f"best of {m['repeats']} interleaved runs; torch "
         f"{torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}.",
         "",
         "| bare encoder (images/s) | site statistics path (images/s) | time ratio site / bare, best (median) "
@@ -97,7 +98,8 @@ def table(m: dict[str, Any]) -> str:
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         f"| {m['bare_ips']:.2f} | {m['site_ips']:.2f} | {m['ratio']:.3f} ({m['median_ratio']:.3f}) "
         f"| {m['gflop_per_image']:.2f} | {m['gflops']:.1f} "
-        f"| {m['matmul_gflops']:.1f} | {m['fraction_matmul']:.2f} | {m['conv_gflops']:.1f} | {m['fraction_conv']:.2f} |",
+        f"| {m['matmul_gflops']:.1f} | {m['fraction_matmul']:.2f} "
+        f"| {m['conv_gflops']:.1f} | {m['fraction_conv']:.2f} |",
     ])
 
 

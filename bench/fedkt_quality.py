@@ -7,7 +7,8 @@ Data: the demo ISIC-format generator, 3 sites, 4 classes, Dirichlet alpha label 
 
 1. Membership inference at epsilon 10 (and with no noise, to show the attacks have power): members are the
    records in the statistics, non-members the sites' held-out records (same sites, same distribution). Two attacks:
-   (a) log-density of the record's latent under its class's released Gaussian (white box on the published DP statistics);
+   (a) log-density of the record's latent under its class's released Gaussian (white box on the published DP
+   statistics);
    (b) minus the distance to the nearest synthetic latent of its class. AUC 0.5 = no better than guessing.
 2. Downstream balanced accuracy on the pooled held-out real images, for alpha 0.1, 0.5, 10: FedKT-CSD (classifier
    trained on the decoded synthetic set, `samples` per class) vs FedAvg (same classifier, `rounds` rounds of one
@@ -43,7 +44,8 @@ CLASSES = list(PLAYERFL_CLASSES)
 
 
 def make_sites(root: Path, alpha: float, n_images: int, seed: int) -> list[Path]:
-    return [write_isic_site(root / f"site-{i}", i, SITES, n_images, alpha=alpha, seed=seed) for i in range(1, SITES + 1)]
+    return [write_isic_site(root / f"site-{i}", i, SITES, n_images, alpha=alpha, seed=seed)
+            for i in range(1, SITES + 1)]
 
 
 def site_parts(folders: list[Path], seed: int) -> list[tuple[LabelledImages, LabelledImages]]:
@@ -99,7 +101,8 @@ def fedavg(parts: list[tuple[LabelledImages, LabelledImages]], rounds: int, seed
             local.load_state_dict(global_model.state_dict())
             updates.append(state_dict_to_numpy(train_classifier(train.images, train.labels, len(CLASSES), 1,
                                                                 seed + round_index, model=local)))
-        load_numpy_params(global_model, {k: sum(w * u[k] for w, u in zip(sizes / sizes.sum(), updates)) for k in updates[0]})
+        load_numpy_params(global_model,
+                          {k: sum(w * u[k] for w, u in zip(sizes / sizes.sum(), updates)) for k in updates[0]})
     return global_model.eval()
 
 
@@ -114,7 +117,8 @@ def downstream(ae: LoadedAutoencoder, folders: list[Path], rounds: int, samples:
     pooled = LabelledImages(torch.cat([t.images for t, _ in parts]), torch.cat([t.labels for t, _ in parts]))
     central = train_classifier(pooled.images, pooled.labels, len(CLASSES), rounds, seed)
     return {name: evaluate_classifier(model, test.images, test.labels)["balanced_accuracy"]
-            for name, model in (("fedkt_csd", fedkt_model), ("fedavg", fedavg(parts, rounds, seed)), ("central", central))}
+            for name, model in (("fedkt_csd", fedkt_model), ("fedavg", fedavg(parts, rounds, seed)),
+                                ("central", central))}
 
 
 def main() -> None:
@@ -134,12 +138,14 @@ def main() -> None:
         for epsilon in (10.0, None):
             density, distance = membership_auc(ae, folders, epsilon, seeds[0])
             print(f"| {epsilon or 'no noise'} | {density:.3f} | {distance:.3f} |")
-        print(f"\n| alpha | FedKT-CSD (eps 10) | FedAvg ({args.rounds} rounds) | centralised | seeds |\n|---|---|---|---|---|")
+        print(f"\n| alpha | FedKT-CSD (eps 10) | FedAvg ({args.rounds} rounds) | centralised | seeds |"
+              "\n|---|---|---|---|---|")
         for alpha in (0.1, 0.5, 10.0):
             runs = [downstream(ae, make_sites(root / f"a{alpha}-s{seed}", alpha, args.images_per_site, seed),
                                args.rounds, args.samples, seed) for seed in seeds]
             mean = {k: np.mean([r[k] for r in runs]) for k in runs[0]}
-            print(f"| {alpha} | {mean['fedkt_csd']:.3f} | {mean['fedavg']:.3f} | {mean['central']:.3f} | {len(seeds)} |")
+            print(f"| {alpha} | {mean['fedkt_csd']:.3f} | {mean['fedavg']:.3f} | {mean['central']:.3f} "
+                  f"| {len(seeds)} |")
 
 
 if __name__ == "__main__":

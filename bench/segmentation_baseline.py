@@ -64,7 +64,8 @@ def federated(params: SegmentationParams, data_root: Path, out: Path) -> Run:
     """The job in FLARE's simulator; test scores are the sites' means weighted by their test cases."""
     start = time.perf_counter()
     job_dir = export(build_job(KIND, params), out / "job")
-    run = simulate(job_dir, out / "ws", list(SITES), {params.dataset: str(data_root / "{site_name}" / "brats")}, timeout=900)
+    run = simulate(job_dir, out / "ws", list(SITES), {params.dataset: str(data_root / "{site_name}" / "brats")},
+                   timeout=900)
     if run.aborted():
         raise SystemExit(f"the simulator run failed; see {run.server_log}")
     results = json.loads((run.server_app_dir / "results.json").read_text())
@@ -76,7 +77,9 @@ def federated(params: SegmentationParams, data_root: Path, out: Path) -> Run:
     return Run(test, results["best_model"]["model_round"], time.perf_counter() - start, curve)
 
 
-def _pooled_scores(net: torch.nn.Module, sites: Sequence[SiteData], split: str, params: SegmentationParams) -> dict[str, float]:
+def _pooled_scores(
+    net: torch.nn.Module, sites: Sequence[SiteData], split: str, params: SegmentationParams
+) -> dict[str, float]:
     scores = [s for site in sites for s in score_cases(net, site.eval_loader(split), params.roi_size, CPU,
                                                        LABEL_MAPS[params.label_map])]
     return site_summary(scores, split)
@@ -123,7 +126,9 @@ def table(runs: dict[str, list[Run]]) -> str:
     for name, seeds in runs.items():
         cells = [mean_std([run.test[metric_key(TEST, m, r)] for run in seeds]) for m, r in REPORTED]
         rounds = ", ".join(str(run.best_round) for run in seeds)
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {rounds} | {statistics.mean(r.seconds for r in seeds):.0f} |")
+        lines.append(
+            f"| {name} | " + " | ".join(cells) + f" | {rounds} | {statistics.mean(r.seconds for r in seeds):.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -153,8 +158,9 @@ def main() -> None:
         runs[names["steps"]].append(centralised(params, sites, steps_per_epoch=len(sites[0].split.train)))
         print(table(runs), flush=True)
     curves = {name: [[round(v, 3) for v in run.val_curve] for run in seeds] for name, seeds in runs.items()}
-    (args.out / "baseline.json").write_text(json.dumps({name: [vars(run) for run in seeds] for name, seeds in runs.items()},
-                                                       indent=1))
+    (args.out / "baseline.json").write_text(
+        json.dumps({name: [vars(run) for run in seeds] for name, seeds in runs.items()}, indent=1)
+    )
     text = (f"Seeds {', '.join(map(str, args.seeds))}; 3 synthetic sites of 5 cases (3 training, 1 validation, 1 test "
             f"each; 9 / 3 / 3 pooled); CPU_DEMO SegResNet; mean ± std over seeds; whole run "
             f"{(time.perf_counter() - start) / 60:.1f} min.\n\n{table(runs)}\n\nValidation Dice (pooled, BraTS "

@@ -63,15 +63,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     roi = [args.roi] * 3
-    model_args = {"init_filters": args.filters, "blocks_down": [1, 2, 2, 4], "blocks_up": [1, 1, 1], "dropout_prob": 0.0}
+    model_args = {"init_filters": args.filters, "blocks_down": [1, 2, 2, 4], "blocks_up": [1, 1, 1],
+                  "dropout_prob": 0.0}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "site-1" / "brats"
         write_brats_site(folder, 1, n_cases=args.cases, shape=(args.size,) * 3, layout="nifti")
-        task = KIND.site_task_component(SegmentationParams(init_filters=args.filters, dropout_prob=0.0, roi_size=tuple(roi),
-                                                          val_fraction=0.25, test_fraction=0.0,
+        task = KIND.site_task_component(SegmentationParams(init_filters=args.filters, dropout_prob=0.0,
+                                                          roi_size=tuple(roi), val_fraction=0.25, test_fraction=0.0,
                                                           tracking=False)).instantiate()
-        ctx = SiteContext("site-1", SiteConfig(Path(tmp) / "site_agent.json", {"brats": str(folder)}), torch.device("cpu"),
-                          Path(tmp), Signal())
+        ctx = SiteContext("site-1", SiteConfig(Path(tmp) / "site_agent.json", {"brats": str(folder)}),
+                          torch.device("cpu"), Path(tmp), Signal())
         torch.manual_seed(0)
         global_params = state_dict_to_numpy(SegResNet(**model_args, in_channels=4, out_channels=3))
         received = FLModel(params=global_params, params_type=ParamsType.FULL, current_round=0)
@@ -92,11 +93,13 @@ def main() -> None:
             if repeat:
                 times["bare MONAI"].append(time.perf_counter() - start)
     base = statistics.median(times["bare MONAI"])
-    print(f"{len(data.split.train)} training + {len(data.split.val)} validation cases of {args.size}^3, ROI {args.roi}, "
-          f"SegResNet init_filters {args.filters}, {args.repeats} interleaved repeats, {torch.get_num_threads()} threads\n")
+    print(f"{len(data.split.train)} training + {len(data.split.val)} validation cases of {args.size}^3, "
+          f"ROI {args.roi}, SegResNet init_filters {args.filters}, {args.repeats} interleaved repeats, "
+          f"{torch.get_num_threads()} threads\n")
     print("| loop | median (s) | ratio to bare MONAI | min (s) |\n| --- | ---: | ---: | ---: |")
     for name, values in times.items():
-        print(f"| {name} | {statistics.median(values):.2f} | {statistics.median(values) / base:.2f}x | {min(values):.2f} |")
+        print(f"| {name} | {statistics.median(values):.2f} | {statistics.median(values) / base:.2f}x "
+              f"| {min(values):.2f} |")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,8 @@ def main() -> None:
     parser.add_argument("--workspace", type=Path, help="kept afterwards when given (default: a temporary folder)")
     args = parser.parse_args()
     workspace = args.workspace or Path(tempfile.mkdtemp(prefix="seg-startup-"))
-    project = customise(load_template(None), name="bench", sites=SITES, admins={ADMIN: "project_admin"}, port=free_port())
+    project = customise(load_template(None), name="bench", sites=SITES, admins={ADMIN: "project_admin"},
+                        port=free_port())
     federation = provision(project, workspace / "kits")
     for index, site in enumerate(SITES, start=1):
         write_brats_site(workspace / "data" / site, index, **CPU_DEMO_DATA)
@@ -63,7 +64,8 @@ def main() -> None:
             session.close()
     if not outcome.completed:
         raise SystemExit(f"job ended {outcome.status}: {outcome.refusal()}")
-    starts = {site: _first_training_step(federation.kit(site) / outcome.job_id / "log.txt") - submitted for site in SITES}
+    starts = {site: _first_training_step(federation.kit(site) / outcome.job_id / "log.txt") - submitted
+              for site in SITES}
     print("| measure | seconds |\n| --- | ---: |")
     for site, seconds in starts.items():
         print(f"| submit -> first training step, {site} | {seconds:.1f} |")

@@ -85,7 +85,8 @@ def main() -> int:
              f"{precision.describe()}, median of {args.repeats}; encoder {flops_per_image / 1e9:.2f} GFLOP per image, "
              f"measured matmul {tflops:.0f} TFLOP/s, so a limit of {limit:,.0f} images/s",
              "", "| path | images/s | time ratio to bare | fraction of the limit |", "| --- | ---: | ---: | ---: |"]
-    lines += [f"| {name} | {rate:,.0f} | {bare_rate / rate:.3f}x | {rate / limit:.2f} |" for name, rate in rates.items()]
+    lines += [f"| {name} | {rate:,.0f} | {bare_rate / rate:.3f}x | {rate / limit:.2f} |"
+              for name, rate in rates.items()]
     publish("gpu_dcae_encode", "\n".join(lines), args.write_readme)
     return 0
 

@@ -11,7 +11,8 @@ once into the site's cache (`load_site_data`, memory cache); then, at the BraTS 
 The loader is not the bottleneck when together / step >= 0.95 (and loader / step >= 1). Exits with status 2 and a
 message where there is no CUDA GPU.
 
-    python bench/gpu/loader_vs_step.py [--cases 8 --workers 0 4 8 --epochs 3 --roi 224 224 144 --batch 1] [--write-readme]
+    python bench/gpu/loader_vs_step.py [--cases 8 --workers 0 4 8 --epochs 3 --roi 224 224 144 --batch 1]
+        [--write-readme]
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ capability >= 8.0), the bare loop in that same precision, and MONAI's BraTS tuto
 autocast + GradScaler). Bare loops are measured before and after ours; the ratio is ours / the bare loop in the
 same precision (goal >= 0.95). Exits with status 2 and a message where there is no CUDA GPU.
 
-    python bench/gpu/segmentation_amp.py [--roi 224 224 144 --batch 1 --steps 20 --warmup 3 --filters 16] [--write-readme]
+    python bench/gpu/segmentation_amp.py [--roi 224 224 144 --batch 1 --steps 20 --warmup 3 --filters 16]
+        [--write-readme]
 """
 
 from __future__ import annotations
