@@ -72,7 +72,8 @@ def _wait_for_round(server_log: Path, round_number: int, timeout: float) -> None
 
 def test_admin_submits_lists_aborts_and_downloads_from_flare_console(running_federation, tmp_path):
     exported = subprocess.run([sys.executable, "-m", "federation_tools.job_cli", "export", "fedavg-linear",
-                               "--out", str(tmp_path), "--num-rounds", "1000"], capture_output=True, text=True, check=True)
+                               "--out", str(tmp_path), "--num-rounds", "1000"],
+                              capture_output=True, text=True, check=True)
     job_dir = tmp_path / "fedavg-linear"
     assert f"submit_job {job_dir}" in exported.stdout
     admin_kit = running_federation.federation.kit(ADMIN)

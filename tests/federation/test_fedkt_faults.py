@@ -111,7 +111,8 @@ def _release_of(workspace: Path, sites: list[str]) -> dict[str, np.ndarray]:
     """The DP statistics the server releases from these sites' plain sum with the job's noise seed, in-process."""
     loaded = load_autoencoder(workspace / "dcae")
     total = np.sum([statistics_vector(loaded, workspace / "data" / site / "isic", CLASSES, PARAMS.image_size,
-                                      PARAMS.holdout_fraction, PARAMS.seed) for site in sites], axis=0, dtype=RING_DTYPE)
+                                      PARAMS.holdout_fraction, PARAMS.seed) for site in sites],
+                   axis=0, dtype=RING_DTYPE)
     calibration = calibrate_noise(PARAMS.epsilon, PARAMS.delta, loaded.clip_norm, PARAMS.adjacency, PARAMS.method,
                                   PARAMS.count_noise_multiplier)
     release = release_class_gaussians(from_ring(total, len(CLASSES), loaded.clip_norm), calibration, PARAMS.noise_seed,

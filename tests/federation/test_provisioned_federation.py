@@ -47,7 +47,8 @@ def test_fedavg_job_reproduces_reference_weights(running_federation, fedavg_job_
     for round_number, expected in REFERENCE.items():
         assert weights[round_number] == pytest.approx(expected, abs=5e-4)
     assert results["status"] == "finished"
-    assert {s: v["num_samples"] for s, v in results["rounds"][0]["sites"].items()} == {"site-1": 50, "site-2": 200, "site-3": 500}
+    assert ({s: v["num_samples"] for s, v in results["rounds"][0]["sites"].items()}
+            == {"site-1": 50, "site-2": 200, "site-3": 500})
     assert (outcome.server_app_dir() / "global_model.pt").is_file()
 
 
@@ -187,7 +188,8 @@ def test_inference_after_training_writes_nifti_and_dicom_seg_at_each_site_and_se
         write_site_config(federation.kit(site), {**{k: str(config.data_dir(k, site)) for k in ("linear", "brats")},
                                                  "brats_inference": str(tmp_path / site / "cases"),
                                                  "brats_results": str(tmp_path / site / "results")})
-    training = export(build_job(SEGMENTATION, SegmentationParams(num_rounds=1, min_clients=3, tracking=False, **CPU_DEMO)),
+    training = export(build_job(SEGMENTATION,
+                                SegmentationParams(num_rounds=1, min_clients=3, tracking=False, **CPU_DEMO)),
                       tmp_path / "training")
     session = running_federation.session()
     try:

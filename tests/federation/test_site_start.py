@@ -77,20 +77,25 @@ def _copy_kit(running: StartFederation, dest: Path) -> Path:
     return dest
 
 
-def _sign_site_certificate(running: StartFederation, kit: Path, not_before: dt.datetime, not_after: dt.datetime) -> None:
+def _sign_site_certificate(
+    running: StartFederation, kit: Path, not_before: dt.datetime, not_after: dt.datetime
+) -> None:
     """A new key and certificate for the kit's site, signed by the federation's own root CA with these dates."""
     state = json.loads((running.federation.kits_dir.parent / "state" / "cert.json").read_text())
     root_key = serialization.load_pem_private_key(state["root_pri_key"].encode(), password=None)
     assert isinstance(root_key, rsa.RSAPrivateKey)
     root = x509.load_pem_x509_certificate(state["root_cert"].encode())
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "site_1"), x509.NameAttribute(NameOID.COMMON_NAME, SITE)])
-    certificate = (x509.CertificateBuilder().subject_name(subject).issuer_name(root.subject).public_key(key.public_key())
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "site_1"),
+                         x509.NameAttribute(NameOID.COMMON_NAME, SITE)])
+    certificate = (x509.CertificateBuilder().subject_name(subject).issuer_name(root.subject)
+                   .public_key(key.public_key())
                    .serial_number(x509.random_serial_number()).not_valid_before(not_before).not_valid_after(not_after)
                    .add_extension(x509.SubjectAlternativeName([x509.DNSName(SITE)]), critical=False)
                    .sign(root_key, hashes.SHA256()))
     (kit / "startup" / "client.crt").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    (kit / "startup" / "client.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    (kit / "startup" / "client.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                                   serialization.PrivateFormat.PKCS8,
                                                                    serialization.NoEncryption()))
 
 
@@ -155,7 +160,8 @@ def test_the_registration_watch_stops_a_client_the_server_refused(running, tmp_p
     """Without the preflight (as if the site's own checks passed), the watch alone names the refusal: the server
     refuses these two at different points (TLS after the handshake; registration)."""
     kit = _bad_kit(running, tmp_path, kind)
-    program = f"import sys\nfrom site_agent.start import start_site\nsys.exit(start_site({str(kit)!r}, 10, preflight=False))"
+    program = ("import sys\nfrom site_agent.start import start_site\n"
+               f"sys.exit(start_site({str(kit)!r}, 10, preflight=False))")
 
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
@@ -176,7 +182,8 @@ def test_a_client_that_cannot_start_is_named_with_its_last_lines(running, tmp_pa
     resources = json.loads((kit / "local" / "resources.json").read_text())
     resources["components"].append({"id": "broken", "path": "site_agent.no_such_module.Component", "args": {}})
     (kit / "local" / "resources.json").write_text(json.dumps(resources))
-    program = f"import sys\nfrom site_agent.start import start_site\nsys.exit(start_site({str(kit)!r}, 30, preflight=False))"
+    program = ("import sys\nfrom site_agent.start import start_site\n"
+               f"sys.exit(start_site({str(kit)!r}, 30, preflight=False))")
 
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
 
@@ -251,7 +258,8 @@ def test_a_good_kit_registers_a_crashed_client_ends_start_and_a_new_start_rejoin
             assert first.wait(timeout=30) == 128 + signal.SIGKILL
             assert not crashed.is_running()
 
-            second = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "second.err").open("w"))
+            second = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                                      stderr=(tmp_path / "second.err").open("w"))
             _wait_ready(listener, second)
             assert SITE in running.connected()
             client = _flare_client(second)
