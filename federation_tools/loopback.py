@@ -13,6 +13,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -158,6 +160,23 @@ class LoopbackFederation:
         workers = [p for p in self._process_tree(name) if _is_job_worker(p)]
         kill_processes(workers)
         return len(workers)
+
+    @contextmanager
+    def link_down(self, *names: str) -> Iterator[None]:
+        """The sites' links to the server down for the duration, as a network outage would take them: each site's
+        client and job processes frozen (SIGSTOP), so nothing is sent or answered, then resumed (SIGCONT) with the
+        state they had. Unlike a kill, the site's running job goes on afterwards."""
+        frozen = [process for name in names for process in self._process_tree(name)]
+        for process in frozen:
+            process.suspend()
+        try:
+            yield
+        finally:
+            for process in frozen:
+                try:
+                    process.resume()
+                except psutil.NoSuchProcess:
+                    pass
 
     def __enter__(self) -> LoopbackFederation:
         return self

@@ -73,6 +73,15 @@ class FederationParams(JobParams):
                                           "gone before the round goes on without it (FLARE's default: 60)", low=0.0)
 
 
+@dataclass(frozen=True)
+class RoundParams(FederationParams):
+    """What the kinds that train over rounds share: how long a round waits for missing sites to come back."""
+
+    quorum_wait_s: float = param(180.0, "seconds a round waits, when fewer than min_clients sites answered, for the "
+                                        "missing sites to come back (a network outage, a VPN renegotiation) before "
+                                        "the job stops naming them; 0 = stop at once", low=0.0)
+
+
 def _check_type(name: str, value: Any, hint: Any) -> None:
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     for option in options:
@@ -98,7 +107,7 @@ def _is(value: Any, kind: Any) -> bool:
 
 def parameter_fields(params: type[JobParams]) -> list[dataclasses.Field[Any]]:
     """A kind's parameters in the order its spec declares them, the ones every kind shares last."""
-    shared = {f.name for f in dataclasses.fields(FederationParams)}
+    shared = {f.name for f in dataclasses.fields(RoundParams)}
     fields = dataclasses.fields(params)
     return [f for f in fields if f.name not in shared] + [f for f in fields if f.name in shared]
 

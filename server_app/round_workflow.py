@@ -18,6 +18,7 @@ Every stop names each site's outcome. When FLARE itself ends the run (fewer live
 
 from __future__ import annotations
 
+import time
 from abc import abstractmethod
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,6 +41,8 @@ class RoundJob(Protocol):
     def min_clients(self) -> int: ...
     @property
     def seed(self) -> int: ...
+    @property
+    def quorum_wait_s(self) -> float: ...
 
 
 class RoundWorkflow(SiteAwareController):
@@ -68,21 +71,71 @@ class RoundWorkflow(SiteAwareController):
             self.info(f"resuming run {self.checkpoint.first_run} after round {start}")
         else:
             self.before_rounds()
+        self.own_the_quorum()
         for round_index in range(start, self.job.num_rounds):
-            results = self.send_round(round_index)
-            if self.abort_signal.triggered:
-                return self.stopped(f"round {round_index + 1}", results, round_index)
-            intake = take_updates(results, self.site_names(), self.update_check(round_index), self.error)
+            intake, waited = self.run_round(round_index)
+            if intake is None:
+                return
             entry: dict[str, Any] = {"round": round_index + 1, **intake.record(), "outcomes": self.outcomes(intake)}
-            if len(intake.updates) < self.job.min_clients:
-                return self.fail(f"round {round_index + 1}: only {len(intake.updates)} valid updates, the job needs "
-                                 f"{self.job.min_clients}; {in_words(entry['outcomes'])}", failed_round=entry)
+            if waited:
+                entry["waited_for_sites"] = waited
             self.aggregate(round_index, intake, entry)
             self.recorder.add_round(entry)
             state, params = self.checkpoint_state()
             self.checkpoint.save(round_index + 1, {"rounds": self.recorder.record["rounds"], **state}, params)
         if self.finish_run():
             self.checkpoint.clear()
+
+    def run_round(self, round_index: int) -> tuple[RoundIntake | None, dict[str, Any]]:
+        """Send the round and take its updates; with too few, wait up to `quorum_wait_s` for the missing sites to
+        come back and send the round again. None when the run stopped (aborted, or the quorum did not return)."""
+        deadline = time.monotonic() + self.job.quorum_wait_s
+        waited: dict[str, Any] = {}
+        while True:
+            results = self.send_round(round_index)
+            if self.abort_signal.triggered:
+                self.stopped(f"round {round_index + 1}", results, round_index)
+                return None, waited
+            intake = take_updates(results, self.site_names(), self.update_check(round_index), self.error)
+            if len(intake.updates) >= self.job.min_clients:
+                return intake, waited
+            outcomes = self.outcomes(intake)
+            started = time.monotonic()
+            back = self.await_sites(intake.no_result, deadline)
+            for site in intake.no_result:
+                waited[site] = round(waited.get(site, 0.0) + time.monotonic() - started, 1)
+            if not back:
+                gone = "; ".join(f"{site} gone {seconds:.0f} s" for site, seconds in waited.items())
+                self.fail(f"round {round_index + 1}: only {len(intake.updates)} valid updates, the job needs "
+                          f"{self.job.min_clients}" + (f" (waited {self.job.quorum_wait_s:.0f} s: {gone})"
+                                                       if waited else "") + f"; {in_words(outcomes)}",
+                          failed_round={"round": round_index + 1, **intake.record(), "outcomes": outcomes,
+                                        "waited_for_sites": waited})
+                return None, waited
+            self.info(f"round {round_index + 1}: {back} back; sending the round again")
+
+    def await_sites(self, missing: list[str], deadline: float) -> list[str]:
+        """The missing sites that came back before `deadline` (FLARE hears their job again), once enough sites are
+        live for the round; [] when the deadline passed first, the run was aborted, or none is missing."""
+        if not missing or time.monotonic() >= deadline:
+            return []
+        self.warning(f"fewer than {self.job.min_clients} sites answered; waiting up to "
+                     f"{deadline - time.monotonic():.0f} s for {', '.join(missing)} to come back")
+        while time.monotonic() < deadline and not self.abort_signal.triggered:
+            live = [site for site in self.site_names() if not self.communicator.get_client_disconnect_time(site)]
+            back = [site for site in missing if site in live]
+            if back and len(live) >= self.job.min_clients:
+                return back
+            time.sleep(1.0)
+        return []
+
+    def own_the_quorum(self) -> None:
+        """Keep FLARE from ending the run when fewer live sites remain than the job's `min_clients` (its communicator's
+        deployment-policy check): with `quorum_wait_s` the round waits for them itself and stops, naming each, only
+        after the wait. FLARE 2.9 has no setting for this; the check is a method of the communicator's instance, so
+        this replaces it for this run only (scheduling still waits for `min_clients` sites to start the job)."""
+        if self.job.quorum_wait_s > 0:
+            self.communicator._job_policy_violated = lambda: False
 
     # --- the hooks ------------------------------------------------------------------------------------------------
 

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from fl_contract.classes import PLAYERFL_CLASSES
-from fl_contract.params import FederationParams, param
+from fl_contract.params import RoundParams, param
 from fl_contract.playerfl.protocol import METHODS, NORMALISATIONS
 
 
 @dataclass(frozen=True)
-class PLayerFLParams(FederationParams):
+class PLayerFLParams(RoundParams):
     method: str = param("playerfl", "PLayer-FL or a baseline", choices=METHODS)
     num_rounds: int = param(50, "federation rounds, one local pass of local_epochs each (reference: 50-60)", low=1)
     model: str = param("cnn5", "cnn5 (the paper's ISIC CNN: 5 convolutions, global pooling, 2 linear layers) or "

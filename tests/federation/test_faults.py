@@ -22,6 +22,7 @@ from support import ADMIN, SITES, provision_demo_federation, wait_for_server_log
 
 from federation_tools.loopback import LoopbackFederation
 from fl_contract.models import build_model
+from fl_contract.params import JobParams
 from fl_contract.segmentation import MODEL
 from jobs.admin import follow_job
 from jobs.common import build_job, export
@@ -34,7 +35,7 @@ from jobs.playerfl.spec import KIND as PLAYERFL
 from jobs.playerfl.spec import PLayerFLParams
 from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
 from jobs.segmentation.spec import KIND as SEGMENTATION
-from jobs.spec import JobKind, JobParams
+from jobs.spec import JobKind
 from provisioning.provision import Federation
 from server_app.results import BEST_MODEL_FILE
 from server_app.server_config import write_server_config
@@ -135,7 +136,8 @@ def test_flare_ending_the_run_for_too_few_sites_names_the_site_and_why(fault_fed
     """min_clients = every site and site-2's job process killed: FLARE ends the run; results.json says "failed"
     (not an admin's abort), naming site-2, that its job process failed, and the round that could not complete."""
     federation, loopback = fault_federation
-    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=200, min_clients=len(SITES))), tmp_path)
+    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=200, min_clients=len(SITES), quorum_wait_s=0)),
+                     tmp_path)
     session = loopback.session(ADMIN)
     try:
         job_id = _submit(session, job_dir)
@@ -150,6 +152,36 @@ def test_flare_ending_the_run_for_too_few_sites_names_the_site_and_why(fault_fed
     assert results["status"] == "failed" and "site-2" in results["error"], results.get("error")
     assert "job process" in failed["outcomes"]["site-2"], failed
     assert failed["round"] == len(results["rounds"]) + 1 and failed["outcomes"]["site-1"] == "update accepted"
+
+
+def test_a_site_offline_30_s_and_every_link_down_40_s_leave_a_completed_job(fault_federation, tmp_path):
+    """min_clients = every site: site-2's link goes down for 30 s (past the server's 20 s heartbeat timeout), later
+    every site's link for 40 s (the coordinating centre's firewall reload). The round waits for the sites to come
+    back (quorum_wait_s) instead of FLARE ending the run, sends the round again, and the job completes with the
+    reference weights; the rounds that waited say for whom and how long."""
+    federation, loopback = fault_federation
+    rounds = 6
+    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=rounds, min_clients=len(SITES))), tmp_path)
+    session = loopback.session(ADMIN)
+    try:
+        job_id = _submit(session, job_dir)
+        _wait_for_rounds(federation, job_id, 2)
+        with loopback.link_down("site-2"):
+            time.sleep(30)
+        _wait_for_rounds(federation, job_id, 4, timeout=180)
+        with loopback.link_down(*SITES):
+            time.sleep(40)
+        outcome = follow_job(session, job_id, timeout=300, progress=None)
+    finally:
+        session.close()
+
+    results = outcome.results()
+    waited = {site: r["round"] for r in results["rounds"] for site in r.get("waited_for_sites", {})}
+    assert outcome.completed and results["status"] == "finished", results.get("error")
+    assert [r["round"] for r in results["rounds"]] == list(range(1, rounds + 1))
+    assert all(set(r["sites"]) == set(SITES) for r in results["rounds"])
+    assert "site-2" in waited, [r.get("waited_for_sites") for r in results["rounds"]]
+    assert results["rounds"][-1]["global_weights"]["weight"] == pytest.approx(_reference_weights(rounds), abs=1e-5)
 
 
 def test_a_dead_job_process_and_a_dead_site_are_named_and_the_job_finishes_without_them(fault_federation, tmp_path):
