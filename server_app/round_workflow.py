@@ -101,9 +101,12 @@ class RoundWorkflow(SiteAwareController):
                 return intake, waited
             outcomes = self.outcomes(intake)
             started = time.monotonic()
-            back = self.await_sites(intake.no_result, deadline)
-            for site in intake.no_result:
+            back, awaited = self.await_sites(intake.no_result, deadline)
+            for site in awaited:
                 waited[site] = round(waited.get(site, 0.0) + time.monotonic() - started, 1)
+            if self.abort_signal.triggered:
+                self.stopped(f"round {round_index + 1}", results, round_index)
+                return None, waited
             if not back:
                 gone = "; ".join(f"{site} gone {seconds:.0f} s" for site, seconds in waited.items())
                 self.fail(f"round {round_index + 1}: only {len(intake.updates)} valid updates, the job needs "
@@ -114,20 +117,25 @@ class RoundWorkflow(SiteAwareController):
                 return None, waited
             self.info(f"round {round_index + 1}: {back} back; sending the round again")
 
-    def await_sites(self, missing: list[str], deadline: float) -> list[str]:
-        """The missing sites that came back before `deadline` (FLARE hears their job again), once enough sites are
-        live for the round; [] when the deadline passed first, the run was aborted, or none is missing."""
-        if not missing or time.monotonic() >= deadline:
-            return []
+    def await_sites(self, missing: list[str], deadline: float) -> tuple[list[str], list[str]]:
+        """The missing sites that came back before `deadline` (FLARE had deemed them disconnected and now hears their
+        job again), once enough sites are live for the round; [] when the deadline passed first or the run was
+        aborted. A site whose task failed, or that never went away, is not waited for: sending it the round again
+        would only repeat its answer. Returns (the sites back, the sites waited for)."""
+        failed = self.failed_sites()
+        missing = [site for site in missing if site not in failed]
+        gone = {site for site in missing if self.communicator.get_client_disconnect_time(site)}
+        if not gone or time.monotonic() >= deadline:
+            return [], []
         self.warning(f"fewer than {self.job.min_clients} sites answered; waiting up to "
-                     f"{deadline - time.monotonic():.0f} s for {', '.join(missing)} to come back")
+                     f"{deadline - time.monotonic():.0f} s for {', '.join(sorted(gone))} to come back")
         while time.monotonic() < deadline and not self.abort_signal.triggered:
             live = [site for site in self.site_names() if not self.communicator.get_client_disconnect_time(site)]
-            back = [site for site in missing if site in live]
+            back = [site for site in sorted(gone) if site in live]
             if back and len(live) >= self.job.min_clients:
-                return back
+                return back, sorted(gone)
             time.sleep(1.0)
-        return []
+        return [], sorted(gone)
 
     def own_the_quorum(self) -> None:
         """Keep FLARE from ending the run when fewer live sites remain than the job's `min_clients` (its communicator's
