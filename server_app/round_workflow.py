@@ -21,28 +21,16 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from nvflare.app_common.abstract.fl_model import FLModel
 
+from fl_contract.job_params import RoundJob
 from server_app.aggregation import Params, RoundIntake, UpdateCheck, site_outcomes, take_updates
 from server_app.checkpoint import Resumed, ResumeRefused, RunCheckpoint, workflow_checkpoint
 from server_app.results import RunRecorder
 from server_app.site_watch import SiteAwareController, in_words
-
-
-class RoundJob(Protocol):
-    """What the round loop reads of a kind's parameters."""
-
-    @property
-    def num_rounds(self) -> int: ...
-    @property
-    def min_clients(self) -> int: ...
-    @property
-    def seed(self) -> int: ...
-    @property
-    def quorum_wait_s(self) -> float: ...
 
 
 class RoundWorkflow(SiteAwareController):

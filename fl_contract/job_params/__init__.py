@@ -22,7 +22,7 @@ from fl_contract.params import JobParams, ParameterError, params_from_json, para
 T = TypeVar("T")
 
 __all__ = ["PARAMS", "FedAvgJob", "FedAvgLinearParams", "FedKTCSDParams", "InferenceParams", "PLayerFLParams",
-           "SegmentationParams", "job_component_args", "job_params", "registered_params"]
+           "RoundJob", "SegmentationParams", "job_component_args", "job_params", "registered_params"]
 
 PARAMS: dict[str, type[JobParams]] = {
     "fedavg-linear": FedAvgLinearParams,
@@ -39,22 +39,27 @@ def job_component_args(kind: str, params: JobParams) -> dict[str, Any]:
 
 
 @runtime_checkable
-class FedAvgJob(Protocol):
-    """What the FedAvg workflow (server_app.fedavg) reads of a kind's parameters: fedavg-linear and
-    brats-segmentation provide it."""
+class RoundJob(Protocol):
+    """What the round loop (server_app.round_workflow) reads of a kind's parameters."""
 
     @property
     def num_rounds(self) -> int: ...
     @property
     def min_clients(self) -> int: ...
     @property
-    def aggregation(self) -> str: ...
-    @property
-    def trim_fraction(self) -> float: ...
-    @property
     def seed(self) -> int: ...
     @property
     def quorum_wait_s(self) -> float: ...
+
+
+@runtime_checkable
+class FedAvgJob(RoundJob, Protocol):
+    """What the FedAvg workflow (server_app.fedavg) reads besides: fedavg-linear and brats-segmentation provide it."""
+
+    @property
+    def aggregation(self) -> str: ...
+    @property
+    def trim_fraction(self) -> float: ...
     def model_spec(self) -> tuple[str, dict[str, Any]]: ...
     def selection(self) -> tuple[str | None, str | None, str | None, str | None]: ...
 
