@@ -28,8 +28,11 @@ SUPER_ADMIN = "super@cc.org"
 SITES = ["site-1", "site-2", "site-3"]
 
 
-def provision_demo_federation(workspace: Path, name: str = "hospital-federation", sites: list[str] = SITES) -> Federation:
-    """Provision a loopback federation; every site gets its reference linear data, synthetic glioma cases, a site config."""
+def provision_demo_federation(
+    workspace: Path, name: str = "hospital-federation", sites: list[str] = SITES
+) -> Federation:
+    """Provision a loopback federation; every site gets its reference linear data, synthetic glioma cases, a site
+    config."""
     project = customise(load_template(None), name=name, sites=sites, port=free_port(),
                         admins={ADMIN: "project_admin", SUPER_ADMIN: "super"})
     federation = provision(project, workspace)
@@ -64,7 +67,8 @@ class ExportedJob:
         return self.server["workflows"][0]
 
     def site_classes(self) -> list[str]:
-        return [e["executor"]["path"] for e in self.client["executors"]] + [c["path"] for c in self.client["components"]]
+        return ([e["executor"]["path"] for e in self.client["executors"]]
+                + [c["path"] for c in self.client["components"]])
 
     def server_classes(self) -> list[str]:
         return [w["path"] for w in self.server["workflows"]] + [c["path"] for c in self.server["components"]]

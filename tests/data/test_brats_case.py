@@ -35,7 +35,9 @@ def _site(tmp_path: Path, layout: str = "nifti", n_cases: int = 1, label_map=BRA
 
 
 def _regions(label: np.ndarray, enhancing: int) -> np.ndarray:
-    return np.stack([np.isin(label, (1, enhancing)), np.isin(label, (1, 2, enhancing)), label == enhancing]).astype(np.float32)
+    return np.stack(
+        [np.isin(label, (1, enhancing)), np.isin(label, (1, 2, enhancing)), label == enhancing]
+    ).astype(np.float32)
 
 
 @pytest.mark.parametrize("layout", ["dicom", "nifti"])
@@ -132,7 +134,8 @@ def test_unknown_label_values_name_the_file_and_values(tmp_path):
         read_case(discover_cases(site)[0])
 
     # Assert
-    assert str(label_path) in str(error.value) and "[5, 7]" in str(error.value) and "fix the segmentation" in str(error.value)
+    assert (str(label_path) in str(error.value) and "[5, 7]" in str(error.value)
+            and "fix the segmentation" in str(error.value))
 
 
 def test_missing_modality_names_case_and_modality(tmp_path):
@@ -181,7 +184,8 @@ def test_label_image_shape_mismatch_is_refused(tmp_path):
         read_case(discover_cases(site)[0])
 
     # Assert
-    assert str(label_path) in str(error.value) and "(24, 24, 20)" in str(error.value) and "(24, 24, 24)" in str(error.value)
+    assert (str(label_path) in str(error.value) and "(24, 24, 20)" in str(error.value)
+            and "(24, 24, 24)" in str(error.value))
 
 
 def _shift_t2_by_one_voxel(site: Path) -> np.ndarray:
@@ -324,7 +328,9 @@ def test_label_map_none_accepts_any_known_map_and_refuses_the_rest(tmp_path):
     assert str(case.label) in str(error.value) and "[0, 1, 2, 3, 4] fit no known label map" in str(error.value)
 
 
-@pytest.mark.parametrize("content", ['{"training": [{"label": "x"}]}', '{"training": [{"image": []}]}', '{"training": ["x"]}'])
+@pytest.mark.parametrize(
+    "content", ['{"training": [{"label": "x"}]}', '{"training": [{"image": []}]}', '{"training": ["x"]}']
+)
 def test_a_datalist_with_malformed_entries_is_refused_by_name(tmp_path, content):
     # Prepare
     path = tmp_path / "datalist.json"

@@ -95,7 +95,9 @@ def test_real_enhanced_ct_reads_to_pydicom_values(tmp_path):
     ds = pydicom.dcmread(source)
     rescale = ds.SharedFunctionalGroupsSequence[0].PixelValueTransformationSequence[0]
     expected = ds.pixel_array * float(rescale.RescaleSlope) + float(rescale.RescaleIntercept)
-    cosines = [float(v) for v in ds.SharedFunctionalGroupsSequence[0].PlaneOrientationSequence[0].ImageOrientationPatient]
+    cosines = [
+        float(v) for v in ds.SharedFunctionalGroupsSequence[0].PlaneOrientationSequence[0].ImageOrientationPatient
+    ]
     normal = np.cross(cosines[:3], cosines[3:])
     positions = [np.asarray(f.PlanePositionSequence[0].ImagePositionPatient, dtype=float) @ normal
                  for f in ds.PerFrameFunctionalGroupsSequence]
@@ -144,7 +146,8 @@ def test_a_missing_frame_is_named_like_a_missing_slice(tmp_path):
     [
         ("FrameContentSequence", "StackID", ["1"] * 4 + ["2"] * 4, "2 stacks (StackID 1: 4 frames, 2: 4 frames)", "2"),
         ("FrameContentSequence", "TemporalPositionIndex", [1, 2] * 4, "2 temporal positions", 2),
-        ("MREchoSequence", "EffectiveEchoTime", [4.6, 9.2] * 4, "2 echoes (echo time in ms) (EffectiveEchoTime 4.6", 9.2),
+        ("MREchoSequence", "EffectiveEchoTime", [4.6, 9.2] * 4,
+         "2 echoes (echo time in ms) (EffectiveEchoTime 4.6", 9.2),
     ],
 )
 def test_several_volumes_in_one_file_are_refused_naming_them_and_one_can_be_chosen(
@@ -203,7 +206,8 @@ def test_a_bad_frame_value_names_the_file_and_frame(tmp_path):
     # Prepare
     _single_frame_series(tmp_path / "single")
     path = _legacy_converted(tmp_path / "single", tmp_path / "enhanced")
-    _per_frame(path, "PlanePositionSequence", "ImagePositionPatient", [[0.0, 0.0, 1.0 * k] for k in range(7)] + [[0, 0]])
+    _per_frame(path, "PlanePositionSequence", "ImagePositionPatient",
+               [[0.0, 0.0, 1.0 * k] for k in range(7)] + [[0, 0]])
 
     # Execute
     with pytest.raises(DataError) as error:

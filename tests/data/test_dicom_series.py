@@ -25,7 +25,9 @@ def _volume(shape: tuple[int, int, int] = (6, 5, 8), seed: int = 0) -> np.ndarra
     return np.random.default_rng(seed).integers(0, 4000, shape).astype(np.uint16)
 
 
-def _write(folder: Path, stored: np.ndarray, series: str = "1.2.3.1", affine: np.ndarray = OBLIQUE_AFFINE) -> list[Path]:
+def _write(
+    folder: Path, stored: np.ndarray, series: str = "1.2.3.1", affine: np.ndarray = OBLIQUE_AFFINE
+) -> list[Path]:
     ids = SeriesIds(study="1.2.3.100", series=series, frame_of_reference="1.2.3.200", patient_id="P1")
     return write_dicom_series(folder, stored, affine, ids, "T1", slope=0.5, intercept=-10.0)
 
@@ -289,7 +291,8 @@ def test_a_slice_on_another_frame_of_reference_is_named(tmp_path):
 
     # Assert
     message = str(error.value)
-    assert message.startswith(str(paths[5])) and "FrameOfReferenceUID 1.2.3.999 differs from the series' 1.2.3.200" in message
+    assert (message.startswith(str(paths[5]))
+            and "FrameOfReferenceUID 1.2.3.999 differs from the series' 1.2.3.200" in message)
     assert "7 of 8 files" in message
 
 
@@ -345,4 +348,6 @@ def test_a_palette_colour_slice_is_refused(tmp_path):
         read_dicom_series(tmp_path / "series")
 
     # Assert
-    assert str(error.value).startswith(f"{paths[0]}: PhotometricInterpretation PALETTE COLOR; MR and CT series are greyscale")
+    assert str(error.value).startswith(
+        f"{paths[0]}: PhotometricInterpretation PALETTE COLOR; MR and CT series are greyscale"
+    )

@@ -63,7 +63,8 @@ def test_a_dicom_seg_over_a_demo_series_passes_dciodvfy(demo_case, tmp_path):
     # Assert
     assert _errors(path) == []
     seg, first = pydicom.dcmread(path), pydicom.dcmread(sorted(source.iterdir())[0])
-    assert (seg.StudyDate, seg.StudyTime, seg.StudyID) == (first.StudyDate, first.StudyTime, first.StudyID) != ("", "", "")
+    assert ((seg.StudyDate, seg.StudyTime, seg.StudyID) == (first.StudyDate, first.StudyTime, first.StudyID)
+            != ("", "", ""))
 
 
 def test_a_dicom_seg_over_an_enhanced_mr_file_passes_dciodvfy(demo_case, tmp_path):

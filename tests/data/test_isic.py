@@ -32,7 +32,8 @@ from site_agent.data.synthetic_isic import write_isic_site
 
 
 def _site(tmp_path: Path, classes=PLAYERFL_CLASSES, n_images: int = 20, site_index: int = 1) -> Path:
-    return write_isic_site(tmp_path / "site", site_index, n_sites=3, n_images=n_images, classes=classes, size=32, seed=5)
+    return write_isic_site(tmp_path / "site", site_index, n_sites=3, n_images=n_images, classes=classes, size=32,
+                           seed=5)
 
 
 def _truth(site: Path) -> list[dict[str, str]]:
@@ -94,7 +95,8 @@ def test_missing_image_is_an_error_or_a_counted_skip(tmp_path, caplog):
 
     # Assert
     message = str(error.value)
-    assert GROUND_TRUTH_CSV in message and "line 4" in message and records[2].image in message and "image missing" in message
+    assert (GROUND_TRUTH_CSV in message and "line 4" in message and records[2].image in message
+            and "image missing" in message)
     assert "on_error='skip'" in message
     assert len(kept) == len(records) - 1 and records[2].image not in {r.image for r in kept}
     assert "skipped 1 of 20 rows" in caplog.text
@@ -217,7 +219,8 @@ def test_pipeline_yields_float_images_of_the_configured_size_through_monai_trans
     assert batch["image"].shape == (4, 3, 24, 24) and batch["image"].dtype == torch.float32
     assert type(batch["image"]) is torch.Tensor and 0.0 <= batch["image"].min() and batch["image"].max() <= 1.0
     assert batch["label"].tolist() == [r.label for r in records[:4]] and batch["label"].dtype == torch.int64
-    assert torch.equal(native["image"], torch.from_numpy(stored) / 255.0)  # at its stored size an image is not resampled
+    # at its stored size an image is not resampled
+    assert torch.equal(native["image"], torch.from_numpy(stored) / 255.0)
 
 
 def test_pipeline_names_an_image_that_does_not_decode(tmp_path):
@@ -339,7 +342,9 @@ def test_every_unusable_row_is_listed_and_skippable(tmp_path, caplog):
     kept = read_isic_site(site, PLAYERFL_CLASSES, on_error="skip")
 
     # Assert
-    assert [(p.line, p.image) for p in scan.problems] == [(6, rows[4]["image"]), (8, rows[6]["image"]), (22, rows[0]["image"])]
+    assert [(p.line, p.image) for p in scan.problems] == [
+        (6, rows[4]["image"]), (8, rows[6]["image"]), (22, rows[0]["image"])
+    ]
     assert "column NV is '0.5', expected 0.0 or 1.0" in scan.problems[0].reason
     assert "image missing" in scan.problems[1].reason and "listed twice (first on line 2)" in scan.problems[2].reason
     assert "3 of 21 rows cannot be used" in str(error.value) and len(kept) == len(scan.records) == 18
@@ -360,4 +365,5 @@ def test_an_unreadable_csv_is_refused_naming_the_access_to_give(tmp_path, monkey
         read_isic_site(site, PLAYERFL_CLASSES)
 
     # Assert
-    assert str(error.value) == f"{truth}: cannot be read (Permission denied); give the agent's service account read access"
+    assert str(error.value) == (f"{truth}: cannot be read (Permission denied); "
+                                "give the agent's service account read access")

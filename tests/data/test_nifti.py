@@ -74,7 +74,8 @@ def test_voxel_sizes_are_checked_in_the_raw_header(tmp_path, pixdim, shown):
 
     # Assert
     message = str(error.value)
-    assert message.startswith(f"{path}: voxel sizes (pixdim)") and f"include {shown}" in message and "fix pixdim" in message
+    assert (message.startswith(f"{path}: voxel sizes (pixdim)") and f"include {shown}" in message
+            and "fix pixdim" in message)
 
 
 def test_singleton_trailing_axes_are_dropped(tmp_path):

@@ -1,4 +1,5 @@
-"""The one seeded split every data kind uses: deterministic by seed, disjoint parts covering every record, no empty part."""
+"""The one seeded split every data kind uses: deterministic by seed, disjoint parts covering every record, no empty
+part."""
 
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def test_too_few_records_are_refused_naming_the_folder():
 
     # Assert
     message = str(error.value)
-    assert message.startswith(f"{folder}: 2 usable record(s)") and "train, val, test" in message and "at least 3" in message
+    assert (message.startswith(f"{folder}: 2 usable record(s)") and "train, val, test" in message
+            and "at least 3" in message)
 
 
 @pytest.mark.parametrize("fractions", [{"train": 0.8, "val": 0.3}, {"train": 1.2, "val": -0.2}, {}])

@@ -83,9 +83,10 @@ def _cli(argv: list[str]) -> int:
 
 def test_cli_writes_brats_and_isic_sites(tmp_path, capsys):
     # Execute
-    brats_rc = _cli(["demo-data", "brats", "--site-index", "1", "--out", str(tmp_path / "mri"), "--cases", "2", "--size", "16",
-                     "--layout", "nifti", "--label-map", "brats2023"])
-    isic_rc = _cli(["demo-data", "isic", "--site-index", "2", "--out", str(tmp_path / "derm"), "--images", "12", "--size", "24"])
+    brats_rc = _cli(["demo-data", "brats", "--site-index", "1", "--out", str(tmp_path / "mri"), "--cases", "2",
+                     "--size", "16", "--layout", "nifti", "--label-map", "brats2023"])
+    isic_rc = _cli(["demo-data", "isic", "--site-index", "2", "--out", str(tmp_path / "derm"), "--images", "12",
+                    "--size", "24"])
 
     # Assert
     assert brats_rc == 0 and isic_rc == 0

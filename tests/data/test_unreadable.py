@@ -23,7 +23,8 @@ _NOBODY = 65534
 
 def _series(folder: Path) -> list[Path]:
     stored = np.arange(4 * 3 * 5, dtype=np.uint16).reshape(4, 3, 5)
-    return write_dicom_series(folder, stored, np.diag([-1.0, -1.0, 2.0, 1.0]), SeriesIds("1.2", "1.2.1", "1.2.2", "P"), "T1")
+    return write_dicom_series(folder, stored, np.diag([-1.0, -1.0, 2.0, 1.0]), SeriesIds("1.2", "1.2.1", "1.2.2", "P"),
+                              "T1")
 
 
 @pytest.fixture

@@ -142,7 +142,8 @@ def test_a_site_holds_the_server_to_its_own_policy_floor_for_the_threshold(feder
     strict = _context(tmp_path, "site-1", 1, ae)
     write_policy(strict.workspace_dir / "local", SitePolicy(min_secure_aggregation_sites=5))
     tasks = {site: _task() for site in SITES}
-    keys = {site: tasks[site].task_keys(_announce(ae), strict if site == "site-1" else contexts[site]) for site in SITES}
+    keys = {site: tasks[site].task_keys(_announce(ae), strict if site == "site-1" else contexts[site])
+            for site in SITES}
     relay = FLModel(params=protocol.key_exchange_params({s: protocol.read_keys(k.params) for s, k in keys.items()}),
                     meta={protocol.SESSION: SESSION, protocol.THRESHOLD: 3})
 

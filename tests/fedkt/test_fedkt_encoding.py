@@ -27,7 +27,8 @@ def test_any_site_batch_size_keeps_the_sums_independent_of_the_partition():
     labels = torch.arange(n) % 2
 
     one_site = site_statistics(model, images, labels, 2, 1.0, encode_batch_size=4)
-    sites = [site_statistics(model, images[a:b], labels[a:b], 2, 1.0, encode_batch_size=4) for a, b in [(0, 3), (3, 11)]]
+    sites = [site_statistics(model, images[a:b], labels[a:b], 2, 1.0, encode_batch_size=4)
+             for a, b in [(0, 3), (3, 11)]]
     latents = encode_latents(model, images, batch_size=4)
 
     np.testing.assert_array_equal(np.sum(sites, axis=0, dtype=RING_DTYPE), one_site)

@@ -100,7 +100,8 @@ def test_statistics_aggregate_identically_over_3_and_10_sites_with_one_lost():
 
     np.testing.assert_array_equal(sums[3], sums[10])
     np.testing.assert_array_equal(sums[3], class_statistics(latents, labels, 4, CLIP_NORM))
-    np.testing.assert_array_equal(from_ring(sums[3], 4, CLIP_NORM).to_flat(), from_ring(sums[10], 4, CLIP_NORM).to_flat())
+    np.testing.assert_array_equal(from_ring(sums[3], 4, CLIP_NORM).to_flat(),
+                                  from_ring(sums[10], 4, CLIP_NORM).to_flat())
 
 
 def test_one_masked_message_is_unrelated_to_the_plain_statistics():

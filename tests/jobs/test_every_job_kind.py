@@ -53,7 +53,8 @@ def test_every_parameter_is_an_option_with_help_and_a_default_that_validates(nam
 
 
 def test_fl_job_passes_options_to_the_job_and_refuses_values_outside_the_declared_range(tmp_path, capsys):
-    assert main(["export", "fedavg-linear", "--out", str(tmp_path), "--num-rounds", "2", "--aggregation", "median"]) == 0
+    assert main(["export", "fedavg-linear", "--out", str(tmp_path), "--num-rounds", "2",
+                 "--aggregation", "median"]) == 0
     workflow = read_exported_job(tmp_path / "fedavg-linear").workflow
     assert workflow["args"]["params"]["num_rounds"] == 2 and workflow["args"]["params"]["aggregation"] == "median"
 

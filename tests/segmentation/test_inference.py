@@ -55,7 +55,9 @@ def test_dicom_seg_lies_on_the_source_series_and_matches_the_label_map_frame_by_
     assert seg.FrameOfReferenceUID == slices[0].FrameOfReferenceUID
     assert seg.StudyInstanceUID == slices[0].StudyInstanceUID and seg.PatientID == slices[0].PatientID
     assert seg.ReferencedSeriesSequence[0].SeriesInstanceUID == slices[0].SeriesInstanceUID
-    assert [s.SegmentLabel for s in seg.SegmentSequence] == ["Necrotic tumour core", "Peritumoral edema", "Enhancing tumour"]
+    assert [s.SegmentLabel for s in seg.SegmentSequence] == [
+        "Necrotic tumour core", "Peritumoral edema", "Enhancing tumour"
+    ]
     by_uid = {ds.SOPInstanceUID: k for k, ds in enumerate(slices)}
     numbers = {s.number: v for v, s in brats_segments(BRATS_2021).items()}
     for frame, pixels in zip(seg.PerFrameFunctionalGroupsSequence, seg.pixel_array):  # pydicom alone, frame by frame
@@ -171,9 +173,11 @@ def test_ras_1mm_resampling_feeds_the_network_ras_1mm_and_writes_back_on_the_cas
     plain = load_site_data(tmp_path / "cases", (16, 16, 16), val_fraction=0.34)
     item, original = data.val[0], plain.val[0]
 
-    assert aff2axcodes(item["image"].affine) == ("R", "A", "S") and aff2axcodes(original["image"].affine) == ("L", "P", "S")
+    assert (aff2axcodes(item["image"].affine) == ("R", "A", "S")
+            and aff2axcodes(original["image"].affine) == ("L", "P", "S"))
     np.testing.assert_allclose(affine_to_spacing(item["image"].affine, r=3), [1.0, 1.0, 1.0])
-    assert tuple(item["image"].shape[1:]) == tuple(item["label"].shape[1:]) == (31, 23, 12)  # the same extent in 1 mm steps
+    # the same extent in 1 mm steps
+    assert tuple(item["image"].shape[1:]) == tuple(item["label"].shape[1:]) == (31, 23, 12)
     torch.manual_seed(0)
     net = build_model("segresnet", **ARCHITECTURE)
     cases = list(data.split.val)

@@ -37,7 +37,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
         write_brats_site(root / "data" / site / "brats", index, n_cases=CASES[site], shape=(32, 32, 32), layout="nifti")
     broken = root / "data" / "site-2" / "brats" / BROKEN
     broken.write_bytes(broken.read_bytes()[:400])  # a truncated upload
-    job_dir = export(build_job(KIND, SegmentationParams(num_rounds=1, min_clients=2, tracking=False, **CPU_DEMO)), root / "job")
+    job_dir = export(build_job(KIND, SegmentationParams(num_rounds=1, min_clients=2, tracking=False, **CPU_DEMO)),
+                     root / "job")
     return job_dir, {"brats": str(root / "data" / "{site_name}" / "brats")}, root
 
 

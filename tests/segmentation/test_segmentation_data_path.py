@@ -16,7 +16,13 @@ from fl_contract.segmentation import VAL
 from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.segmentation.data import load_site_data
-from site_agent.segmentation.memory import GIB, GpuMemoryError, MemoryEstimate, check_training_memory, estimate_training_memory
+from site_agent.segmentation.memory import (
+    GIB,
+    GpuMemoryError,
+    MemoryEstimate,
+    check_training_memory,
+    estimate_training_memory,
+)
 from site_agent.site_config import ComputeSettings, SiteConfig
 from site_agent.tasks.executor import SiteContext
 
@@ -105,7 +111,8 @@ def test_the_memory_check_names_the_setting_to_lower():
     with pytest.raises(GpuMemoryError, match=r"batch_size 4 at roi_size \[224, 224, 144\] needs about 27\.9 GiB.*"
                                              r"16\.0 GiB free: lower the job's batch_size to 2"):
         check_training_memory(estimate, 4, roi, free_bytes=16 * GIB)
-    with pytest.raises(GpuMemoryError, match=r"set the job's batch_size to 1 and lower its roi_size to \[160, 160, 96\]"):
+    with pytest.raises(GpuMemoryError,
+                       match=r"set the job's batch_size to 1 and lower its roi_size to \[160, 160, 96\]"):
         check_training_memory(estimate, 1, roi, free_bytes=4 * GIB)
 
 
@@ -129,8 +136,8 @@ def test_the_site_task_takes_its_cache_and_workers_from_the_site_config_not_the_
                         compute=ComputeSettings(loader_workers=1, data_cache="disk"))
     ctx = SiteContext("site-1", config, torch.device("cpu"), tmp_path / "workspace", Signal())
     torch.manual_seed(0)
-    model = FLModel(params=state_dict_to_numpy(build_model("segresnet", **task.model_args)), params_type=ParamsType.FULL,
-                    current_round=0, total_rounds=1)
+    model = FLModel(params=state_dict_to_numpy(build_model("segresnet", **task.model_args)),
+                    params_type=ParamsType.FULL, current_round=0, total_rounds=1)
 
     sent = task.task_train(model, ctx)
 

@@ -235,7 +235,8 @@ def test_hd95_counts_surface_by_area_as_the_evaluator_does_on_spurs_and_anisotro
     assert (score.found, score.missed, score.false_positives) == (2, 1, 1)
     lesion, spur = reference.copy(), predicted.copy()
     lesion[28:, :, :] = spur[20:, :, :] = False  # lesion 1 and its prediction alone
-    by_voxels = float(compute_hausdorff_distance(torch.from_numpy(spur)[None, None], torch.from_numpy(lesion)[None, None],
+    by_voxels = float(compute_hausdorff_distance(torch.from_numpy(spur)[None, None],
+                                                 torch.from_numpy(lesion)[None, None],
                                                  include_background=True, percentile=95, spacing=list(spacing))[0, 0])
     by_area = hd95_mm(spur, lesion, spacing)
     assert abs(by_area - by_voxels) > 1.0

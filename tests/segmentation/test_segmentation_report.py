@@ -8,7 +8,8 @@ from server_app.segmentation_report import dice_table, main
 
 
 def _metrics(mean: float) -> dict[str, float]:
-    return {"val_dice_tc": mean - 0.1, "val_dice_wt": mean + 0.1, "val_dice_et": mean, "val_dice_mean": mean, "train_loss": 0.5}
+    return {"val_dice_tc": mean - 0.1, "val_dice_wt": mean + 0.1, "val_dice_et": mean, "val_dice_mean": mean,
+            "train_loss": 0.5}
 
 
 RESULTS = {

@@ -1,4 +1,5 @@
-"""Server side of the segmentation job: best-model selection, and a job that ships no code and passes the allow-lists."""
+"""Server side of the segmentation job: best-model selection, and a job that ships no code and passes the
+allow-lists."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def test_best_model_keeps_the_highest_scoring_round_and_its_weights():
 
 
 def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
-    params = SegmentationParams(num_rounds=2, aggregation="median", dp_clip_norm=1.0, dp_noise_multiplier=0.1, **CPU_DEMO)
+    params = SegmentationParams(num_rounds=2, aggregation="median", dp_clip_norm=1.0, dp_noise_multiplier=0.1,
+                                **CPU_DEMO)
     job_dir = export(build_job(KIND, params), tmp_path)
 
     job = read_exported_job(job_dir)

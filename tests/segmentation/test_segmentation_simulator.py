@@ -1,4 +1,5 @@
-"""The segmentation job in FLARE's simulator: 3 synthetic sites learn, the checkpoint loads, metrics reach TensorBoard."""
+"""The segmentation job in FLARE's simulator: 3 synthetic sites learn, the checkpoint loads, metrics reach
+TensorBoard."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def test_sites_report_loss_and_dice_per_region_with_their_case_counts(run):
     assert {s: v["num_samples"] for s, v in first.items()} == {s: n - 2 for s, n in CASES.items()}
     for values in first.values():  # an _ignore_empty HD95 is left out while the model predicts an empty region
         sent = set(values["metrics"])
-        assert {"train_loss", *DICE_KEYS, "val_hd95_mean", "val_cases"} <= sent <= {"train_loss", *split_metric_keys(VAL)}
+        assert ({"train_loss", *DICE_KEYS, "val_hd95_mean", "val_cases"} <= sent
+                <= {"train_loss", *split_metric_keys(VAL)})
 
 
 def test_the_selected_model_is_scored_once_on_every_sites_test_cases(run):

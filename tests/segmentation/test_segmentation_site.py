@@ -56,7 +56,9 @@ def test_training_lowers_the_loss_and_validation_scores_every_region(tmp_path):
     assert later < first
     assert set(sent) == set(split_metric_keys(VAL)) and all(np.isfinite(v) for v in sent.values())
     assert all(0.0 <= sent[f"val_dice_{r}"] <= 1.0 for r in ("tc", "wt", "et"))
-    assert sent["val_dice_mean"] == pytest.approx(np.mean([sent["val_dice_tc"], sent["val_dice_wt"], sent["val_dice_et"]]))
+    assert sent["val_dice_mean"] == pytest.approx(
+        np.mean([sent["val_dice_tc"], sent["val_dice_wt"], sent["val_dice_et"]])
+    )
     assert sent["val_cases"] == 1.0
 
 

@@ -27,8 +27,8 @@ def site(tmp_path):
     ctx = SiteContext("site-1", SiteConfig(tmp_path / "site_agent.json", {"brats": str(tmp_path / "brats")}),
                       torch.device("cpu"), tmp_path / "workspace", Signal(), job_id="job-7")
     torch.manual_seed(0)
-    model = FLModel(params=state_dict_to_numpy(build_model("segresnet", **task.model_args)), params_type=ParamsType.FULL,
-                    current_round=0, total_rounds=1)
+    model = FLModel(params=state_dict_to_numpy(build_model("segresnet", **task.model_args)),
+                    params_type=ParamsType.FULL, current_round=0, total_rounds=1)
     return task, ctx, model, [c.case_id for c in cases]
 
 

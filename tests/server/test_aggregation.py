@@ -14,7 +14,8 @@ from server_app.aggregation.weighted_mean import weighted_mean
 
 
 def _updates(values, counts):
-    return [SiteUpdate(f"site-{i + 1}", {"w": np.array(v, dtype=np.float32)}, n) for i, (v, n) in enumerate(zip(values, counts))]
+    return [SiteUpdate(f"site-{i + 1}", {"w": np.array(v, dtype=np.float32)}, n)
+            for i, (v, n) in enumerate(zip(values, counts))]
 
 
 def test_weighted_mean_weights_by_sample_count():
@@ -81,11 +82,13 @@ def test_unknown_rule_lists_the_choices():
 
 
 def _result(site, params, n, **meta):
-    return FLModel(params=params, metrics={"loss": 1.0}, meta={"client_name": site, FLMetaKey.NUM_STEPS_CURRENT_ROUND: n, **meta})
+    return FLModel(params=params, metrics={"loss": 1.0},
+                   meta={"client_name": site, FLMetaKey.NUM_STEPS_CURRENT_ROUND: n, **meta})
 
 
 # Three values whose float sum depends on the order it is taken in: (B + 1) - B != (B - B) + 1 for B = 1e16.
-ORDER_SENSITIVE = [_result("site-a", {"w": np.array([1e16, 3.0])}, 2), _result("site-b", {"w": np.array([1.0, 0.1])}, 2),
+ORDER_SENSITIVE = [_result("site-a", {"w": np.array([1e16, 3.0])}, 2),
+                   _result("site-b", {"w": np.array([1.0, 0.1])}, 2),
                    _result("site-c", {"w": np.array([-1e16, 0.7])}, 2)]
 
 
