@@ -113,13 +113,15 @@ def readme_text(args: argparse.Namespace, rates: dict[str, float], search: dict[
     search_lines = [f"{m}: " + ", ".join(f"{lr:g} -> {s:.3f}" for lr, s in sorted(search[m].items()))
                     + f" (chosen {rates[m]:g})" for m in search]
     return "\n".join([
-        f"{len(runs)} runs: {len(args.methods)} methods x seeds {args.seeds}; 4 synthetic sites of {args.images} images "
+        f"{len(runs)} runs: {len(args.methods)} methods x seeds {args.seeds}; 4 synthetic sites of "
+        f"{args.images} images "
         f"at {args.size} px (Dirichlet({args.alpha}) label skew, data seed {args.data_seed}; per-site colour cast, "
         f"per-image colour and brightness gain, blur and noise), narrow CNN5 "
         f"{NARROW_CNN5}, {args.rounds} rounds of 1 local epoch, batch {args.batch_size}, focal loss gamma 1 with the "
         f"site's class weights, MONAI augmentation, Adam kept per site; {len(search) * len(args.lrs) + len(runs)} runs "
         f"took {seconds / 60:.0f} min on 2 shared CPU cores (1 torch thread).", "",
-        "Learning-rate search on seed 100 (validation macro-F1, training-size weighted): " + "; ".join(search_lines) + ".",
+        "Learning-rate search on seed 100 (validation macro-F1, training-size weighted): "
+        + "; ".join(search_lines) + ".",
         "", markdown(table), ranks_markdown(rankings(runs)),
         f"PLayer-FL's federated layers p per seed: {splits}.", "",
         "The paper's ISIC-2019 numbers beside ours (**different data**: the paper's 4 real FLamby centres at 200 px "
@@ -131,7 +133,8 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 5e-3, 1e-2], help="learning rates searched per method")
+    parser.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 5e-3, 1e-2],
+                        help="learning rates searched per method")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--images", type=int, default=300, help="images per site (64%% train, 16%% val, 20%% test)")
     parser.add_argument("--size", type=int, default=48)
@@ -145,7 +148,8 @@ def main() -> None:
     timings: dict[str, float] = json.loads(timings_file.read_text())["runs_s"] if timings_file.is_file() else {}
     out: Path = args.out
     if not (out / "data").is_dir():
-        for index, name in enumerate(write_demo_sites(out / "data", 4, args.images, args.size, args.alpha, args.data_seed), 1):
+        for index, name in enumerate(
+                write_demo_sites(out / "data", 4, args.images, args.size, args.alpha, args.data_seed), 1):
             degrade_site(out / "data" / name, index, args.data_seed)
     names = sorted(p.name for p in (out / "data").iterdir())
     sites = {name: (out / "data" / name).resolve() for name in names}
@@ -159,7 +163,8 @@ def main() -> None:
             search[method][lr] = validation_score(record)
             used.append(record["name"])
     rates = {m: max(scores, key=lambda lr: scores[lr]) for m, scores in search.items()}
-    evaluated = [r for seed in args.seeds for r in seed_set(out, seed, rates, sites, job, args.methods, timings).values()]
+    evaluated = [r for seed in args.seeds
+                 for r in seed_set(out, seed, rates, sites, job, args.methods, timings).values()]
     runs = load_runs([r["path"] for r in evaluated])
     report = write_report(runs, out / "report")
     seconds = sum(timings[name] for name in used + [r["name"] for r in evaluated] if name in timings)

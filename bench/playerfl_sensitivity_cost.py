@@ -2,8 +2,8 @@
 
 Both use the site task's own functions on the same synthetic ISIC-format site, interleaved: an epoch is
 `train_epochs` over the training split (JPEG decoding and augmentation included, as at a real site); the sensitivity
-pass draws one fresh batch and runs `federation_sensitivity` on it. The pass costs about one training step, so its share of an
-epoch falls with the number of batches per epoch; the table reports both.
+pass draws one fresh batch and runs `federation_sensitivity` on it. The pass costs about one training step, so its
+share of an epoch falls with the number of batches per epoch; the table reports both.
 
     .venv/bin/python bench/playerfl_sensitivity_cost.py [--images 4000 --size 64 --batch-size 128 --repeats 3]
 """
@@ -53,7 +53,8 @@ def main() -> None:
     batches = -(-len(train) // args.batch_size)
     epoch, sensitivity = statistics.median(epochs), statistics.median(passes)
     print(f"Site: {len(train)} training images of {args.size}x{args.size} ({batches} batches of {args.batch_size}), "
-          f"reference CNN5; {args.repeats} interleaved repeats; torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"reference CNN5; {args.repeats} interleaved repeats; torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, "
           f"Python {platform.python_version()}.\n")
     print("| step | median (s) | share of one epoch |\n| --- | ---: | ---: |")
     print(f"| one local epoch | {epoch:.2f} | 100% |")

@@ -287,7 +287,8 @@ def main() -> None:
     figure = Path(__file__).with_name("playerfl_split_claim.png") if args.write_readme else out / "curves.png"
     plot(rows, figure)
     text = (f"{len(args.seeds)} seeds x {len(args.kinds)} federations; 4 sites of {args.images} images (pool data seed "
-            f"{args.data_seed}) at {args.size} px, narrow CNN5 {NARROW_CNN5}, {args.rounds} rounds of {args.local_epochs} "
+            f"{args.data_seed}) at {args.size} px, narrow CNN5 {NARROW_CNN5}, {args.rounds} rounds of "
+            f"{args.local_epochs} "
             "local epochs (the curve after the first), "
             f"batch {args.batch_size}, Adam {args.learning_rate:g}; training-size-weighted test macro-F1; whole run "
             f"{minutes:.1f} min ({cpu_minutes:.1f} CPU-min) on 2 shared CPU cores (nice 19, 1 torch thread). Curves: "

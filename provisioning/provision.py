@@ -133,7 +133,8 @@ def write_server_policy(kit: Path, storage: Path, participants: Participants) ->
     for component in resources["components"]:
         if component["id"] == "job_manager":
             component["args"]["uri_root"] = str(storage / "jobs")
-    resources["components"] = [job_scheduler(c) if c.get("id") == "job_scheduler" else c for c in resources["components"]
+    resources["components"] = [job_scheduler(c) if c.get("id") == "job_scheduler" else c
+                               for c in resources["components"]
                                if c.get("id") not in ("job_recovery", "site_admission")]
     resources["components"] += [job_recovery_component(), site_admission_component()]
     for server in resources.get("servers", []):
@@ -170,8 +171,9 @@ def provision(project: dict[str, Any], workspace: Path, accepted_roles: list[str
     workspace = Path(workspace).resolve()
     state = workspace / project["name"] / "state" / "cert.json"
     if not new_ca and not state.is_file() and any((workspace / project["name"]).glob("prod_*")):
-        raise RuntimeError(f"{state} is missing but kits of {project['name']} exist in {workspace / project['name']}: "
-                           "restore the CA state from its offline copy to add or re-issue kits under the same root CA, or "
+        raise RuntimeError(f"{state} is missing but kits of {project['name']} exist in "
+                           f"{workspace / project['name']}: restore the CA state from its offline copy to add or "
+                           "re-issue kits under the same root CA, or "
                            "pass --new-ca to make a new root CA (every participant then needs its new kit)")
     workspace.mkdir(parents=True, exist_ok=True)
     project_file = workspace / "project.yml"
@@ -222,13 +224,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workspace", type=Path, required=True, help="where the kits are written (keep it private)")
     parser.add_argument("--name", help="project name (names the root CA)")
     parser.add_argument("--sites", help="comma-separated site names, replacing the template's")
-    parser.add_argument("--admin", action="append", metavar="NAME[:ROLE]", help="admin (repeatable), replacing the template's")
+    parser.add_argument("--admin", action="append", metavar="NAME[:ROLE]",
+                        help="admin (repeatable), replacing the template's")
     parser.add_argument("--port", type=int, help="server port for sites and admins")
     parser.add_argument("--accepted-roles", default=",".join(DEFAULT_ACCEPTED_ROLES),
                         help="submitter roles sites accept (written into each site's local/site_policy.json)")
-    parser.add_argument("--server-storage", type=Path, help="job/snapshot storage on the server (default: inside its kit)")
+    parser.add_argument("--server-storage", type=Path,
+                        help="job/snapshot storage on the server (default: inside its kit)")
     parser.add_argument("--new-ca", action="store_true",
-                        help="make a new root CA although kits exist and the CA state is absent (every kit is replaced)")
+                        help="make a new root CA although kits exist and the CA state is absent "
+                             "(every kit is replaced)")
     parser.add_argument("--stream-site-logs", action="store_true",
                         help="let sites stream job and error logs to the server (off: logs may name local files)")
     args = parser.parse_args(argv)

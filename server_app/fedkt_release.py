@@ -72,7 +72,8 @@ def project_psd(matrix: np.ndarray, floor: float = EIGENVALUE_FLOOR) -> np.ndarr
 
 def class_gaussians(noisy: ClassStatistics, std_mean: float, *, min_count: float, std_count: float | None = None,
                     floor: float = EIGENVALUE_FLOOR) -> ClassGaussians:
-    """The classes whose noisy count is at least `min_count`, their `moment_estimates` projected to eigenvalues >= floor.
+    """The classes whose noisy count is at least `min_count`, their `moment_estimates` projected to eigenvalues
+    >= floor.
 
     `std_count`: the count noise std (None: the counts are exact, public or noise-free).
     """
@@ -85,7 +86,8 @@ def class_gaussians(noisy: ClassStatistics, std_mean: float, *, min_count: float
 
 def moment_estimates(noisy: ClassStatistics, classes: np.ndarray, std_mean: float, *, std_count: float | None,
                      min_count: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(counts, means, covariances) of `classes`: mu = S_mu h_1(n); Sigma = S_Sigma h_1(n) - (S_mu S_mu^T - std_mean^2 I) h_2(n).
+    """(counts, means, covariances) of `classes`: mu = S_mu h_1(n);
+    Sigma = S_Sigma h_1(n) - (S_mu S_mu^T - std_mean^2 I) h_2(n).
 
     h_1, h_2 estimate 1/n and 1/n^2 from the released count n (`inverse_counts`: 1/n and 1/n^2 for exact counts;
     for noisy ones, estimators that are unbiased given that n reached `min_count`). The noisy sum is S_mu + e with
@@ -195,7 +197,8 @@ def release_diagnostics(noisy: ClassStatistics, gaussians: ClassGaussians, calib
         if not (_below(mean_ratio, USEFUL_MEAN_NOISE_TO_SIGNAL)
                 and _below(covariance_ratio, USEFUL_COVARIANCE_NOISE_TO_SIGNAL)):
             entry["warning"] = (
-                f"class {name}: noise dominates at {count:.0f} (noisy) records (noise/signal: mean {_ratio(mean_ratio)}, "
+                f"class {name}: noise dominates at {count:.0f} (noisy) records "
+                f"(noise/signal: mean {_ratio(mean_ratio)}, "
                 f"covariance {_ratio(covariance_ratio)}; {100 * min(share, 1.0):.0f}% of the released trace is "
                 f"noise); at epsilon {calibration.epsilon:g} a useful release needs about "
                 f"{needed['mean'] or 'far more'} records for the mean (noise/signal < {USEFUL_MEAN_NOISE_TO_SIGNAL:g}) "

@@ -117,7 +117,8 @@ class PLayerFLController(RoundWorkflow):
                              summary=federation_summary(evaluation))
         return True
 
-    def _send(self, task: str, global_params: Params, layers: list[Layer], shared: int, round_index: int) -> list[FLModel]:
+    def _send(self, task: str, global_params: Params, layers: list[Layer], shared: int,
+              round_index: int) -> list[FLModel]:
         """Send the first `shared` layers' global values with the method's name to every site; wait for all."""
         params = {k: global_params[k] for k in prefix_keys(layers, shared)}
         meta = {protocol.METHOD: self.job.method, protocol.SHARED_LAYERS: shared}
@@ -156,7 +157,8 @@ def check_layers(update: SiteUpdate, global_params: Params, shared: list[Layer],
     allowed = {k for layer in shared for k in layer.keys}
     extra = sorted(set(update.params) - allowed)
     if extra:
-        raise UpdateRejected(update.site, f"it sends parameters outside the {len(shared)} federated layers: {extra[:5]}")
+        raise UpdateRejected(update.site,
+                             f"it sends parameters outside the {len(shared)} federated layers: {extra[:5]}")
     sent = [layer for layer in shared if any(k in update.params for k in layer.keys)] if partial else shared
     expected = {k: global_params[k] for layer in sent for k in layer.keys}
     if expected:

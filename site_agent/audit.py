@@ -48,7 +48,8 @@ def format_audit(entries: list[dict[str, Any]]) -> str:
     if not entries:
         return "no events recorded yet"
     rows = [[e["time"], e["event"], e.get("job_id", ""),
-             ", ".join(f"{k}={v}" for k, v in sorted(e.items()) if k not in ("time", "event", "job_id"))] for e in entries]
+             ", ".join(f"{k}={v}" for k, v in sorted(e.items()) if k not in ("time", "event", "job_id"))]
+            for e in entries]
     return table(["TIME", "EVENT", "JOB", "DETAIL"], rows)
 
 

@@ -69,7 +69,8 @@ class SitePolicy:
         dp = (f"weights need DP noise multiplier >= {self.min_dp_noise_multiplier}" if self.min_dp_noise_multiplier > 0
               else "weights without client-side DP allowed")
         commands = "; ".join(f"{c}: {', '.join(r) or 'nobody'}" for c, r in sorted(self.admin_command_roles.items()))
-        return (f"kinds {', '.join(self.allowed_job_kinds) or 'none'}; submitters {', '.join(self.accepted_submitter_roles)}; "
+        return (f"kinds {', '.join(self.allowed_job_kinds) or 'none'}; "
+                f"submitters {', '.join(self.accepted_submitter_roles)}; "
                 f"shell commands: {', '.join(self.shell_command_roles) or 'nobody'}; other admin commands: "
                 f"{commands or 'none'}; {dp}; release epsilon <= "
                 f"{self.max_release_epsilon}; secure aggregation >= {self.min_secure_aggregation_sites} sites; budget "
@@ -110,7 +111,8 @@ def load_policy(local_dir: Path) -> SitePolicy:
         else:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
         if not ok:
-            raise PolicyError(f"{path}: {name} is {value!r}; expected {_kind_of(expected)} ({fields[name].metadata['help']})")
+            raise PolicyError(f"{path}: {name} is {value!r}; expected {_kind_of(expected)} "
+                              f"({fields[name].metadata['help']})")
         checked[name] = value
     return SitePolicy(**checked)
 
@@ -212,7 +214,8 @@ def privacy_refusal(policy: SitePolicy, privacy: SitePrivacy) -> str:
         return f"this site runs only job kinds {list(policy.allowed_job_kinds)}; the job is a {privacy.kind!r} job"
     if privacy.release == WEIGHTS and policy.min_dp_noise_multiplier > 0 and not (
             privacy.dp_clip_norm > 0 and privacy.dp_noise_multiplier >= policy.min_dp_noise_multiplier):
-        return (f"this site requires client-side DP on the weights it sends (dp_clip_norm > 0 and dp_noise_multiplier >= "
+        return (f"this site requires client-side DP on the weights it sends (dp_clip_norm > 0 and "
+                f"dp_noise_multiplier >= "
                 f"{policy.min_dp_noise_multiplier}); the job has dp_clip_norm={privacy.dp_clip_norm}, "
                 f"dp_noise_multiplier={privacy.dp_noise_multiplier}")
     if privacy.release == DP_STATISTICS:

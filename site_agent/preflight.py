@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, TextIO
 
 from site_agent import __version__
 from site_agent.job_contents import SITE_DEPLOYER_PATH
-from site_agent.kit import EXPIRY_WARNING_DAYS, KitError, ServerRefused, SiteKit, exchange_with_server, verify_certificate_chain
+from site_agent.kit import (
+    EXPIRY_WARNING_DAYS,
+    KitError,
+    ServerRefused,
+    SiteKit,
+    exchange_with_server,
+    verify_certificate_chain,
+)
 from site_agent.policy import PolicyInForce
 from site_agent.site_config import SiteConfig, SiteConfigError
 from site_agent.site_guard import SITE_GUARD_PATH
@@ -55,7 +62,8 @@ def check_certificate(kit: SiteKit) -> CheckResult:
         report = verify_certificate_chain(kit.certificate, kit.private_key, kit.root_ca, site_name=kit.site_name)
     except KitError as exc:
         return CheckResult("certificate", FAIL, str(exc), "ask the federation lead for this site's startup kit")
-    detail = f"{report.subject} issued by {report.issuer}, valid until {report.not_after:%Y-%m-%d} ({report.days_left} days)"
+    detail = (f"{report.subject} issued by {report.issuer}, valid until {report.not_after:%Y-%m-%d} "
+              f"({report.days_left} days)")
     if report.days_left < EXPIRY_WARNING_DAYS:
         return CheckResult("certificate", WARN, detail, "ask the federation lead to re-provision before it expires")
     return CheckResult("certificate", OK, detail)
@@ -84,7 +92,8 @@ def check_server(kit: SiteKit, timeout: float = 5.0) -> CheckResult:
                            "check that the server runs, the address resolves and the firewall allows the port",
                            transient=True)
     if kit.server_identity not in answer.names:
-        return CheckResult("server", FAIL, f"{where} presents certificate {answer.names}, expected {kit.server_identity!r}",
+        return CheckResult("server", FAIL,
+                           f"{where} presents certificate {answer.names}, expected {kit.server_identity!r}",
                            "the address points to another server; check DNS / the kit")
     if not answer.reply:
         return CheckResult("server", WARN, f"{where}: mutual TLS with {kit.server_identity} completed; FLARE's "
@@ -97,7 +106,8 @@ def check_server(kit: SiteKit, timeout: float = 5.0) -> CheckResult:
 def check_policy(kit: SiteKit) -> CheckResult:
     path = kit.root / "local" / "resources.json"
     if not path.is_file():
-        return CheckResult("site policy", FAIL, f"{path} missing", "provision the kit with `fl-provision` (it writes the policy)")
+        return CheckResult("site policy", FAIL, f"{path} missing",
+                           "provision the kit with `fl-provision` (it writes the policy)")
     resources = json.loads(path.read_text())
     problems = []
     if resources.get("class_list_enforcement_mode") != "enforce":
@@ -106,24 +116,28 @@ def check_policy(kit: SiteKit) -> CheckResult:
         problems.append("allow-list has package prefixes instead of exact classes")
     if not any(c.get("path") == SITE_GUARD_PATH for c in resources.get("components", [])):
         problems.append("site guard is not configured")
-    if not any(c.get("id") == "app_deployer" and c.get("path") == SITE_DEPLOYER_PATH for c in resources.get("components", [])):
+    if not any(c.get("id") == "app_deployer" and c.get("path") == SITE_DEPLOYER_PATH
+               for c in resources.get("components", [])):
         problems.append("site deployer (app_deployer, which refuses jobs that carry code) is not configured")
     if (kit.root / "local" / "custom").exists():
         problems.append(f"{kit.root / 'local' / 'custom'} exists (FLARE puts it first on the Python path)")
     if problems:
-        return CheckResult("site policy", FAIL, f"{path}: " + "; ".join(problems), "re-provision, or remove local/custom")
+        return CheckResult("site policy", FAIL, f"{path}: " + "; ".join(problems),
+                           "re-provision, or remove local/custom")
     detail = f"allow-list enforced ({len(resources['class_allow_list'])} classes), site guard and deployer on"
     missing = _classes_missing_from(resources["class_allow_list"])
     if missing:
         return CheckResult("site policy", WARN, f"{detail}; jobs using {missing} will be refused",
-                           "this agent has job kinds the kit's allow-list predates: ask the lead for a re-provisioned kit")
+                           "this agent has job kinds the kit's allow-list predates: "
+                           "ask the lead for a re-provisioned kit")
     return CheckResult("site policy", OK, detail)
 
 
 def check_private_key(kit: SiteKit) -> CheckResult:
     """The site's key opens its mutual-TLS identity: nobody but the service account may read it."""
     if not kit.private_key.is_file():
-        return CheckResult("private key", FAIL, f"{kit.private_key}: not found", "ask the federation lead for this site's kit")
+        return CheckResult("private key", FAIL, f"{kit.private_key}: not found",
+                           "ask the federation lead for this site's kit")
     mode = kit.private_key.stat().st_mode & 0o777
     if mode & 0o077:
         return CheckResult("private key", FAIL, f"{kit.private_key} is readable by group or others (mode {mode:o})",
@@ -139,8 +153,10 @@ def check_file_modes(kit: SiteKit) -> CheckResult:
     open_paths = [path for root in roots for path in [root, *root.rglob("*")]
                   if not path.is_symlink() and path.stat().st_mode & 0o077]
     if open_paths:
-        shown = ", ".join(str(p) for p in open_paths[:3]) + (f" and {len(open_paths) - 3} more" if open_paths[3:] else "")
-        return CheckResult("file modes", FAIL, f"{len(open_paths)} files or folders readable by group or others: {shown}",
+        shown = (", ".join(str(p) for p in open_paths[:3])
+                 + (f" and {len(open_paths) - 3} more" if open_paths[3:] else ""))
+        return CheckResult("file modes", FAIL,
+                           f"{len(open_paths)} files or folders readable by group or others: {shown}",
                            f"chmod -R go-rwx {' '.join(str(r) for r in roots)}, and start the site with `site-agent "
                            "start` or its service unit (they start FLARE with umask 077)")
     return CheckResult("file modes", OK, f"everything under {', '.join(str(r) for r in roots)} is the owner's only")
@@ -150,7 +166,8 @@ def check_privacy_policy(kit: SiteKit) -> CheckResult:
     """The policy in force for the next job (site_agent.policy), and where its records go."""
     site = PolicyInForce.read(kit.root / "local")
     if site.policy is None:
-        return CheckResult("privacy policy", FAIL, site.problem, "restore local/site_policy.json from the kit the lead sent")
+        return CheckResult("privacy policy", FAIL, site.problem,
+                           "restore local/site_policy.json from the kit the lead sent")
     return CheckResult("privacy policy", OK, f"{site.policy.describe()}; ledger and audit log in {site.records}")
 
 
@@ -169,11 +186,13 @@ def check_data(kit: SiteKit, deep: bool = False, progress: DataProgress | None =
     except SiteConfigError as exc:
         return [CheckResult("data", FAIL, str(exc), _FIX_CONFIG)]
     if not config.datasets:
-        return [CheckResult("data", FAIL, f"{config.path}: no datasets configured", 'add "datasets": {"name": "/path"}')]
+        return [CheckResult("data", FAIL, f"{config.path}: no datasets configured",
+                            'add "datasets": {"name": "/path"}')]
     return [_check_dataset(config, kit.site_name, key, deep, progress) for key in config.datasets]
 
 
-def _check_dataset(config: SiteConfig, site_name: str, key: str, deep: bool, progress: DataProgress | None) -> CheckResult:
+def _check_dataset(config: SiteConfig, site_name: str, key: str, deep: bool,
+                   progress: DataProgress | None) -> CheckResult:
     from site_agent.data.inspection import KNOWN_CONTENT, SERIES_KIND, inspect_folder  # torch, MONAI, pydicom: seconds
     from site_agent.data.reader import DataError
 
@@ -244,7 +263,8 @@ def gpu_result(facts: GpuFacts, precision: str, torch_version: str) -> CheckResu
               f"{precision}, matmul {facts.matmul_tflops:.0f} TFLOP/s, torch {torch_version}")
     if facts.free_bytes < MIN_FREE_GPU_GIB * 2**30:
         return CheckResult("device", WARN, detail, f"less than {MIN_FREE_GPU_GIB:.0f} GiB of GPU memory is free: "
-                           "stop what else runs on the GPU (nvidia-smi lists it) or lower the jobs' batch_size / roi_size")
+                           "stop what else runs on the GPU (nvidia-smi lists it) or lower the jobs' "
+                           "batch_size / roi_size")
     return CheckResult("device", OK, detail)
 
 
@@ -252,15 +272,16 @@ def check_disk(kit: SiteKit) -> CheckResult:
     free_gib = shutil.disk_usage(kit.root).free / 2**30
     detail = f"{free_gib:.1f} GiB free under {kit.root}"
     if free_gib < MIN_FREE_GIB:
-        return CheckResult("disk", FAIL, detail, f"free at least {MIN_FREE_GIB:.0f} GiB for job workspaces and checkpoints")
+        return CheckResult("disk", FAIL, detail,
+                           f"free at least {MIN_FREE_GIB:.0f} GiB for job workspaces and checkpoints")
     if free_gib < WARN_FREE_GIB:
         return CheckResult("disk", WARN, detail, "segmentation checkpoints and logs need several GiB")
     return CheckResult("disk", OK, detail)
 
 
 CHECKS: tuple[Callable[[SiteKit], CheckResult | list[CheckResult]], ...] = (
-    check_certificate, check_private_key, check_file_modes, check_policy, check_privacy_policy, check_server, check_data,
-    check_device, check_disk
+    check_certificate, check_private_key, check_file_modes, check_policy, check_privacy_policy, check_server,
+    check_data, check_device, check_disk
 )
 
 
@@ -317,8 +338,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("check", help="preflight: startup kit, certificates and key, site and privacy policy, "
-                                                 "server, data, device, disk")
+    parser = subparsers.add_parser("check", help="preflight: startup kit, certificates and key, site and privacy "
+                                                 "policy, server, data, device, disk")
     parser.add_argument("--kit", required=True, help="folder of this site's startup kit")
     parser.add_argument("--skip-server", action="store_true", help="do not contact the server (e.g. before it runs)")
     parser.add_argument("--deep", action="store_true",

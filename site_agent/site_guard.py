@@ -65,11 +65,13 @@ from site_agent.policy import (
 DEPLOY_COMMAND = "submit_job"
 SCHEDULER_COMMAND = "check_resources"
 """The server's scheduler asks every site for resources before it deploys; refusing it would leave jobs waiting."""
-SHELL_COMMANDS = frozenset(c for c, category in COMMAND_CATEGORIES.items() if category == CommandCategory.SHELL_COMMANDS)
+SHELL_COMMANDS = frozenset(c for c, category in COMMAND_CATEGORIES.items()
+                           if category == CommandCategory.SHELL_COMMANDS)
 """FLARE's own list of the commands that read a site's files."""
 
 
-def admission_refusal(role: str, job_meta: dict[str, Any], policy: SitePolicy, installed_version: str = AGENT_VERSION) -> str:
+def admission_refusal(role: str, job_meta: dict[str, Any], policy: SitePolicy,
+                      installed_version: str = AGENT_VERSION) -> str:
     """The reason to refuse a job at deploy (the budget aside), or "" to admit it."""
     reason = role_refusal(policy, role)
     if reason:
@@ -186,7 +188,8 @@ class SiteGuard(FLComponent):  # type: ignore[misc]  # FLARE ships no type infor
                     component_refusal(component, privacy, self.kind_tasks)
                 if not reason:
                     spend = job_spend(privacy)
-                    reason = Ledger(site.records).charge(job_id, privacy.kind, str(meta.get(JobMetaKey.SUBMITTER_NAME, "")),
+                    reason = Ledger(site.records).charge(job_id, privacy.kind,
+                                                         str(meta.get(JobMetaKey.SUBMITTER_NAME, "")),
                                                          spend, site.policy)
         except ValueError as exc:
             reason = str(exc)
@@ -195,7 +198,8 @@ class SiteGuard(FLComponent):  # type: ignore[misc]  # FLARE ships no type infor
             audit.record(JOB_REFUSED_AT_START, job_id, reason=reason)
             self.log_error(fl_ctx, f"refused job {job_id} at start: {reason}")
             raise UnsafeComponentError(f"site policy: {reason}")
-        audit.record(JOB_STARTED, job_id, epsilon=spend.epsilon if spend else None, delta=spend.delta if spend else None)
+        audit.record(JOB_STARTED, job_id, epsilon=spend.epsilon if spend else None,
+                     delta=spend.delta if spend else None)
 
     def _refuse(self, fl_ctx: FLContext, what: str, reason: str) -> None:
         self.log_error(fl_ctx, f"{what}: {reason}")

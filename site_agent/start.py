@@ -116,8 +116,9 @@ class FlareClient:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "4")}
         # umask 077: the job workspaces and logs FLARE writes are the service account's only, whatever the umask
         # site-agent was started with
-        self.process = subprocess.Popen(command, cwd=kit.root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, start_new_session=True, umask=0o077)
+        self.process = subprocess.Popen(command, cwd=kit.root, env=env, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                        umask=0o077)
         self.registered = threading.Event()
         self.rejection = ""  # the server's reason when it refused to register the site
         self.last_lines: collections.deque[str] = collections.deque(maxlen=8)
@@ -153,7 +154,8 @@ class FlareClient:
             self._descendants.setdefault(child.pid, child)
 
     def stop(self, grace: float = STOP_GRACE_S) -> None:
-        """SIGTERM to the client's process group and to every process it started, SIGKILL to what is left after `grace`."""
+        """SIGTERM to the client's process group and to every process it started, SIGKILL to what is left after
+        `grace`."""
         self.track()
         try:
             client = [psutil.Process(self.pid)]
@@ -195,7 +197,8 @@ def _refusal_from(results: list[CheckResult]) -> Refusal | None:
     failed = next((r for r in results if r.status == FAIL), None)
     if failed is None:
         return None
-    return Refusal(f"{failed.name}: {failed.detail}", failed.fix, EXIT_UNAVAILABLE if failed.transient else EXIT_REFUSED)
+    return Refusal(f"{failed.name}: {failed.detail}", failed.fix,
+                   EXIT_UNAVAILABLE if failed.transient else EXIT_REFUSED)
 
 
 def _diagnose(kit: SiteKit, client: FlareClient, waited: float) -> Refusal:

@@ -28,8 +28,8 @@ def splits_markdown(runs: Sequence[Run]) -> str:
         split = run.split or {}
         detail = split.get("site_splits") or split.get("choices") or ""
         excluded = "; ".join(f"{site}: {reason}" for site, reason in (split.get("excluded_sites") or {}).items())
-        lines.append(f"| {run.method} | {run.seed} | {split['federated_layers']} of {len(split['layers'])} | {detail} | "
-                     f"{excluded or '—'} |")
+        lines.append(f"| {run.method} | {run.seed} | {split['federated_layers']} of {len(split['layers'])} | "
+                     f"{detail} | {excluded or '—'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -42,8 +42,8 @@ def write_report(runs: Sequence[Run], out_dir: Path) -> Path:
     figures += [plots.sensitivity_curves(r, out_dir / f"sensitivity_seed{r.seed}.png")
                 for r in runs if r.split and r.split.get("federation_curve")]
     text = ["# PLayer-FL report", "", f"{len(runs)} runs. {SUMMARY}", "", markdown(table), "## Ranks and tests", "",
-            ranks.markdown(ranked), "## Splits", "", splits_markdown(runs), *[f"![{f.stem}]({f.name})" for f in figures],
-            ""]
+            ranks.markdown(ranked), "## Splits", "", splits_markdown(runs),
+            *[f"![{f.stem}]({f.name})" for f in figures], ""]
     splits = {f"{r.method} seed {r.seed}": r.split["federated_layers"] for r in runs if r.split}
     excluded = {f"{r.method} seed {r.seed}": r.split["excluded_sites"] for r in runs
                 if r.split and r.split.get("excluded_sites")}

@@ -43,10 +43,12 @@ def load_runs(paths: Iterable[Path]) -> list[Run]:
         if job.get("workflow") != "playerfl":
             raise ValueError(f"{file}: not a PLayer-FL run (workflow {job.get('workflow')!r})")
         if record.get("status") != "finished":
-            raise ValueError(f"{file}: the run did not finish (status {record.get('status')!r}, error {record.get('error')!r})")
+            raise ValueError(f"{file}: the run did not finish (status {record.get('status')!r}, "
+                             f"error {record.get('error')!r})")
         split = next((r["split"] for r in record["rounds"] if "split" in r), None)
         runs.append(Run(job["method"], int(job["seed"]), record["evaluation"], record["summary"], split, file))
-    duplicates = sorted({(r.method, r.seed) for r in runs if sum((r.method, r.seed) == (o.method, o.seed) for o in runs) > 1})
+    duplicates = sorted({(r.method, r.seed) for r in runs
+                         if sum((r.method, r.seed) == (o.method, o.seed) for o in runs) > 1})
     if duplicates:
         raise ValueError(f"several runs for (method, seed) {duplicates}; pass each run once")
     return runs

@@ -61,8 +61,9 @@ def _cell(value: tuple[float, float, float] | None) -> str:
 
 
 def markdown(table: dict[str, dict[str, Any]]) -> str:
-    columns = [(f"{s}", f"{LABELS[s]}") for s in SCORES] + [(f"{s}_variance", f"fairness: var {LABELS[s]}") for s in SCORES] \
-        + [(f"{s}_incentivisation", f"incentivisation ({LABELS[s]})") for s in SCORES]
+    columns = ([(f"{s}", f"{LABELS[s]}") for s in SCORES]
+               + [(f"{s}_variance", f"fairness: var {LABELS[s]}") for s in SCORES]
+               + [(f"{s}_incentivisation", f"incentivisation ({LABELS[s]})") for s in SCORES])
     lines = ["| method | seeds | " + " | ".join(label for _, label in columns) + " |",
              "| --- | --- | " + " | ".join("---" for _ in columns) + " |"]
     for method, row in table.items():

@@ -149,11 +149,13 @@ def test_no_code_of_a_job_runs_at_a_site_even_from_super(running_federation, fed
         "from nvflare.apis.executor import Executor\n\n\nclass MarkerTask(Executor):\n"
         "    def execute(self, task_name, shareable, fl_ctx, abort_signal):\n        return shareable\n")
     (job_dir / "app" / "config" / "hook.py").write_text("print('a script beside the configuration')\n")
-    _edit_site_config(job_dir, lambda config, args: config["executors"][0]["executor"].update(path="marker_task.MarkerTask"))
+    _edit_site_config(job_dir,
+                      lambda config, args: config["executors"][0]["executor"].update(path="marker_task.MarkerTask"))
 
     with ExitStack() as stack:
         for site in running_federation.federation.sites:
-            stack.enter_context(site_policy(running_federation, site, accepted_submitter_roles=("project_admin", "super")))
+            stack.enter_context(site_policy(running_federation, site,
+                                            accepted_submitter_roles=("project_admin", "super")))
         outcome = _submit(running_federation, job_dir, admin=SUPER_ADMIN)
 
     _refused_at_deploy(running_federation, outcome, "carries files other than configuration (config/hook.py, "
@@ -225,7 +227,8 @@ def _readable_by_others(running_federation, job_id: str) -> list[str]:
         walked.append(kit / job_id)
         single += [kit, kit / "local", kit / "log.txt", kit / "process.log"]
         single += [kit / "local" / f for f in ("audit_log.jsonl", "privacy_ledger.jsonl", "site_policy.json")]
-    paths = [p for root in walked if root.is_dir() for p in [root, *root.rglob("*")]] + [p for p in single if p.exists()]
+    paths = ([p for root in walked if root.is_dir() for p in [root, *root.rglob("*")]]
+             + [p for p in single if p.exists()])
     return [f"{p} {p.stat().st_mode & 0o777:o}" for p in paths if not p.is_symlink() and p.stat().st_mode & 0o077]
 
 

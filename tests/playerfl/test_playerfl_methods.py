@@ -47,7 +47,8 @@ def test_every_method_name_has_a_contract_and_a_site_behaviour_and_splits_have_a
     ("playerfl", 6, True, True, False, False),
     ("playerfl_random", 7, False, False, True, False),
 ])
-def test_contract_says_what_is_federated_and_when_curves_and_splits_happen(name, shared, curve, split, up_front, partial):
+def test_contract_says_what_is_federated_and_when_curves_and_splits_happen(name, shared, curve, split, up_front,
+                                                                           partial):
     method = get_method(name)
 
     assert method.initial_shared_layers(7) == shared

@@ -21,7 +21,8 @@ SCORES = {"local": [(0.5, 0.5), (0.6, 0.4), (0.5, 0.6)],
 
 def _run(method: str, seed: int) -> Run:
     a, b = SCORES[method][seed]
-    evaluation = {site: {"test_macro_f1": v, "test_balanced_accuracy": v, "num_train": 10} for site, v in (("a", a), ("b", b))}
+    evaluation = {site: {"test_macro_f1": v, "test_balanced_accuracy": v, "num_train": 10}
+                  for site, v in (("a", a), ("b", b))}
     return Run(method, seed, evaluation, federation_summary(evaluation), None, Path(f"{method}-{seed}"))
 
 

@@ -66,7 +66,8 @@ def test_federation_score_is_weighted_by_training_size_and_fairness_is_the_varia
 
 
 def test_incentivisation_counts_sites_strictly_better_than_both_baselines():
-    share = incentivisation({"a": 0.5, "b": 0.5, "c": 0.9}, {"a": 0.4, "b": 0.5, "c": 0.1}, {"a": 0.3, "b": 0.2, "c": 0.95})
+    share = incentivisation({"a": 0.5, "b": 0.5, "c": 0.9}, {"a": 0.4, "b": 0.5, "c": 0.1},
+                            {"a": 0.3, "b": 0.2, "c": 0.95})
 
     assert share == pytest.approx(1 / 3)
 

@@ -92,7 +92,8 @@ SAMPLES = {"site-1": 100, "site-2": 100, "site-3": 100, "site-4": 100}
 
 def _record(normalisation: str) -> dict:
     curves = {s: {"cumulative": c, "importance": np.diff([0.0, *c]).tolist()} for s, c in SITES.items()}
-    inputs = SplitInputs([f"l{i}" for i in range(6)], curves, SAMPLES, threshold=2.0, seed=0, normalisation=normalisation)
+    inputs = SplitInputs([f"l{i}" for i in range(6)], curves, SAMPLES, threshold=2.0, seed=0,
+                         normalisation=normalisation)
     return threshold_split(inputs, lambda message: None)
 
 

@@ -152,14 +152,17 @@ def _no_orientation(site: Path) -> Path:
 
 
 GLIOMA_DAMAGE = {
-    "RescaleSlope not a number": ("dicom", _dicom_header(RescaleSlope="abc"), "RescaleSlope 'abc' is not 1 finite number"),
-    "RescaleIntercept not a number": ("dicom", _dicom_header(RescaleIntercept="x"), "RescaleIntercept 'x' is not 1 finite"),
+    "RescaleSlope not a number": ("dicom", _dicom_header(RescaleSlope="abc"),
+                                  "RescaleSlope 'abc' is not 1 finite number"),
+    "RescaleIntercept not a number": ("dicom", _dicom_header(RescaleIntercept="x"),
+                                      "RescaleIntercept 'x' is not 1 finite"),
     "RescaleSlope 0": ("dicom", _dicom_header(RescaleSlope="0"), "RescaleSlope is 0"),
     "PixelSpacing with one value": ("dicom", _dicom_header(PixelSpacing="1"), "PixelSpacing holds 1 value(s)"),
     "PixelSpacing negative": ("dicom", _dicom_header(PixelSpacing="-1\\1"), "PixelSpacing [-1.0, 1.0] is not positive"),
     "orientation not unit length": ("dicom", _dicom_header(ImageOrientationPatient="2\\0\\0\\0\\2\\0"), "not 1"),
     "orientation parallel": ("dicom", _dicom_header(ImageOrientationPatient="1\\0\\0\\1\\0\\0"), "not perpendicular"),
-    "other frame of reference": ("dicom", _dicom_header(FrameOfReferenceUID="1.2.3"), "FrameOfReferenceUID 1.2.3 differs"),
+    "other frame of reference": ("dicom", _dicom_header(FrameOfReferenceUID="1.2.3"),
+                                 "FrameOfReferenceUID 1.2.3 differs"),
     "unreadable slice": ("dicom", _corrupt_slice, "not a readable DICOM file"),
     "NaN voxel": ("nifti", _nifti_voxel(np.nan), "values are not finite (1 NaN"),
     "infinite voxel": ("nifti", _nifti_voxel(np.inf), "values are not finite (0 NaN, 1 infinite)"),
@@ -286,7 +289,8 @@ def test_every_unusable_csv_row_fails_even_the_quick_check(tmp_path):
     # Assert
     truth = site / GROUND_TRUTH_CSV
     assert result.status == "FAIL" and "18 images" in result.detail
-    assert result.problems[0] == f"{truth}, line 5 ({images[3].stem}): column MEL is '2.0', expected 0.0 or 1.0 (one-hot)"
+    assert result.problems[0] == (f"{truth}, line 5 ({images[3].stem}): column MEL is '2.0', "
+                                  "expected 0.0 or 1.0 (one-hot)")
     assert result.problems[1].startswith(f"{truth}, line 7 ({images[5].stem}): image missing")
 
 
@@ -328,7 +332,8 @@ def test_unknown_empty_and_missing_folders(tmp_path):
     results = _check(kit)
 
     # Assert
-    assert results["data notes"].status == "WARN" and "not checked, it holds none of an ISIC" in results["data notes"].detail
+    assert results["data notes"].status == "WARN"
+    assert "not checked, it holds none of an ISIC" in results["data notes"].detail
     assert results["data empty"].status == "WARN" and "empty; fine for an output folder" in results["data empty"].detail
     assert results["data gone"].status == "FAIL" and "which is not a folder" in results["data gone"].detail
 

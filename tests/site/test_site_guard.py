@@ -83,7 +83,8 @@ def test_weights_below_the_dp_floor_are_refused(clip, noise):
 
 
 def test_release_over_the_epsilon_cap_or_with_too_few_sites_is_refused():
-    assert "release epsilon of at most 5.0; the job declares epsilon=10.0" in job_refusal(POLICY, "lead", _release(epsilon=10.0))
+    assert "release epsilon of at most 5.0; the job declares epsilon=10.0" in job_refusal(POLICY, "lead",
+                                                                                           _release(epsilon=10.0))
     assert "at least 4 sites; the job needs only min_clients=3" in job_refusal(POLICY, "lead", _release(min_clients=3))
 
 
@@ -98,7 +99,8 @@ def test_site_task_matching_the_declaration_is_built():
     component = _segmentation_task()
 
     assert component_refusal(component, _segmentation(), KIND_TASKS) == ""
-    assert component_refusal({"path": "nvflare.app_opt.tracking.tb.tb_writer.TBWriter"}, _segmentation(), KIND_TASKS) == ""
+    assert component_refusal({"path": "nvflare.app_opt.tracking.tb.tb_writer.TBWriter"}, _segmentation(),
+                             KIND_TASKS) == ""
 
 
 def test_site_task_weaker_than_declared_is_refused_at_start():
@@ -113,7 +115,8 @@ def test_site_task_weaker_than_declared_is_refused_at_start():
 def test_task_of_another_kind_or_release_is_refused_at_start():
     disguised = SitePrivacy("fedavg-linear", WEIGHTS, num_rounds=3)
 
-    assert "declares kind 'fedavg-linear'" in component_refusal({"class_path": SEGMENTATION_TASK}, disguised, KIND_TASKS)
+    assert "declares kind 'fedavg-linear'" in component_refusal({"class_path": SEGMENTATION_TASK}, disguised,
+                                                                KIND_TASKS)
     assert "do not carry the declared kind" in component_refusal({"path": SEGMENTATION_TASK, "args": {}},
                                                                  _segmentation(), KIND_TASKS)
     as_release = SitePrivacy.declare("brats-segmentation", DP_STATISTICS, dataclasses.asdict(SegmentationParams()))

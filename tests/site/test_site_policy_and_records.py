@@ -61,11 +61,13 @@ def test_client_dp_epsilon_composes_rounds_with_dp_accounting():
 
 def test_what_each_job_spends():
     release = job_spend(SitePrivacy("fedkt-csd", DP_STATISTICS, epsilon=3.0, delta=1e-6, min_clients=3))
-    dp_weights = job_spend(SitePrivacy("brats-segmentation", WEIGHTS, dp_clip_norm=1.0, dp_noise_multiplier=1.0, num_rounds=5))
+    dp_weights = job_spend(SitePrivacy("brats-segmentation", WEIGHTS, dp_clip_norm=1.0, dp_noise_multiplier=1.0,
+                                       num_rounds=5))
 
     assert (release.epsilon, release.delta) == (3.0, 1e-6)
     assert dp_weights.epsilon == pytest.approx(client_dp_epsilon(1.0, 5)) and dp_weights.delta == CLIENT_DP_DELTA
-    assert all(part in dp_weights.basis for part in ("clip 1.0", "noise multiplier 1.0", "sampling rate 1.0", "5 rounds"))
+    assert all(part in dp_weights.basis
+               for part in ("clip 1.0", "noise multiplier 1.0", "sampling rate 1.0", "5 rounds"))
     assert job_spend(SitePrivacy("fedavg-linear", WEIGHTS, num_rounds=5)) is None
 
 
@@ -116,5 +118,7 @@ def test_budget_and_audit_commands_read_the_kit(tmp_path, capsys):
 def test_the_privacy_officer_guide_explains_every_policy_field():
     guide = (Path(__file__).resolve().parents[2] / "docs" / "privacy-officer-guide.md").read_text()
 
-    assert [f.name for f in dataclasses.fields(SitePolicy) if f"| `{f.name}`" not in guide and f"`{f.name}` |" not in guide] == []
-    assert json.dumps(default_site_policy(DEFAULT_ACCEPTED_ROLES).to_json(), indent=2) in guide  # what fl-provision writes
+    assert [f.name for f in dataclasses.fields(SitePolicy)
+            if f"| `{f.name}`" not in guide and f"`{f.name}` |" not in guide] == []
+    # what fl-provision writes
+    assert json.dumps(default_site_policy(DEFAULT_ACCEPTED_ROLES).to_json(), indent=2) in guide

@@ -70,7 +70,8 @@ def test_every_result_that_leaves_is_in_the_audit_log_with_its_size_and_hash(tmp
 def test_a_dp_job_sends_no_more_updates_than_the_rounds_it_declared(tmp_path):
     write_site_config(tmp_path, {"linear": str(write_linear_site(tmp_path / "data", 1).parent)})
     task = KIND.site_task_component(FedAvgLinearParams()).instantiate()
-    fl_ctx = _fl_ctx(tmp_path, SitePrivacy("fedavg-linear", WEIGHTS, dp_clip_norm=1.0, dp_noise_multiplier=1.0, num_rounds=2))
+    fl_ctx = _fl_ctx(tmp_path, SitePrivacy("fedavg-linear", WEIGHTS, dp_clip_norm=1.0, dp_noise_multiplier=1.0,
+                                           num_rounds=2))
 
     replies = [_train(task, fl_ctx) for _ in range(3)]
 
@@ -82,7 +83,8 @@ def test_the_fedkt_csd_statistics_hash_in_the_audit_log_matches_the_reviewed_exp
     autoencoder = save_autoencoder(build_tiny_dcae(0), tmp_path / "tiny-dcae", clip_norm=40.0, provenance="test")
     write_site_config(tmp_path, {"isic": str(write_isic_site(tmp_path / "isic", 2, 3, 16, alpha=10.0)),
                                  "dcae": str(autoencoder)})
-    assert main(["fedkt", "export", "--kit", str(tmp_path), "--site", "site-1", "--out", str(tmp_path / "reviewed")]) == 0
+    assert main(["fedkt", "export", "--kit", str(tmp_path), "--site", "site-1",
+                 "--out", str(tmp_path / "reviewed")]) == 0
     reviewed = json.loads((tmp_path / "reviewed" / METADATA_FILE).read_text())["payload_sha256"]
     task = FEDKT_CSD.site_task_component(FedKTCSDParams()).instantiate()
     fl_ctx = _fl_ctx(tmp_path, SitePrivacy("fedkt-csd", DP_STATISTICS, epsilon=10.0, delta=1e-5, min_clients=3))
