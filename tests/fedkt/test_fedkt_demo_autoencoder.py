@@ -42,7 +42,8 @@ def test_command_saves_a_loadable_autoencoder_with_r_the_median_public_latent_no
     record = json.loads((folder / CLIP_NORM_FILE).read_text())
     assert code == 0
     assert loaded.clip_norm == record["clip_norm"]
-    assert loaded.clip_norm == median_latent_norm(loaded.model, public_images(16))
+    # float32 convolutions: oneDNN may choose another kernel in a fresh model, so equal to float32 rounding only
+    assert loaded.clip_norm == pytest.approx(median_latent_norm(loaded.model, public_images(16)), rel=1e-6)
     assert "median latent norm of 16 public synthetic" in record["provenance"]
 
 
