@@ -107,15 +107,16 @@ class LoopbackFederation:
                 connected = {c.name for c in session.get_connected_client_list()}
                 if set(sites) <= connected:
                     return
-                self._raise_if_exited()
+                self._raise_if_exited([self.federation.server, *sites])
                 time.sleep(1.0)
         finally:
             session.close()
         raise TimeoutError(f"sites {sorted(set(sites) - connected)} did not register with the server within "
                            f"{timeout:.0f} s; see process.log in their kits and run `site-agent check --kit KIT`")
 
-    def _raise_if_exited(self) -> None:
-        for p in self.participants.values():
+    def _raise_if_exited(self, names: list[str]) -> None:
+        """Fail fast when one of the participants waited for has exited (one another test stopped is not)."""
+        for p in (self.participants[name] for name in names if name in self.participants):
             if p.process.poll() is not None:
                 raise RuntimeError(f"{p.name} exited with code {p.process.returncode}; see {p.log_path}")
 
