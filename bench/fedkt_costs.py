@@ -24,15 +24,15 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from fl_contract.fedkt import MIN_SITES
-from fl_contract.fedkt.wire import from_ring
+from fl_contract.fedkt_csd import MIN_SITES
+from fl_contract.fedkt_csd.wire import from_ring
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, to_autoencoder_range
 from jobs.fedkt_csd.spec import FedKTCSDParams
 from server_app.fedkt_release import release_class_gaussians
 from server_app.privacy.dp_calibration import calibrate_noise
 from server_app.privacy.secure_aggregation import Revealed, SecureAggregation
-from site_agent.fedkt.demo_autoencoder import public_images
-from site_agent.fedkt.stats import class_statistics, encode_latents, site_statistics
+from site_agent.fedkt_csd.demo_autoencoder import public_images
+from site_agent.fedkt_csd.stats import class_statistics, encode_latents, site_statistics
 from site_agent.secure_aggregation import SecureAggregationSite
 
 D, CLASSES, R = 128, 10, 34.0

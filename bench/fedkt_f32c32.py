@@ -32,8 +32,8 @@ from readme_section import write_section
 from torch.utils.flop_counter import FlopCounterMode
 
 from fl_contract.models.dcae import f32c32_config, to_autoencoder_range
-from site_agent.fedkt.demo_autoencoder import public_images
-from site_agent.fedkt.stats import ENCODE_BATCH_SIZE, site_statistics
+from site_agent.fedkt_csd.demo_autoencoder import public_images
+from site_agent.fedkt_csd.stats import ENCODE_BATCH_SIZE, site_statistics
 
 CLASSES, R = 4, 34.0  # R: the reference's clip norm for f32c32-in
 

@@ -5,7 +5,7 @@
 Data: 3 demo ISIC sites (`write_isic_site`, Dirichlet `alpha` label skew), the job's 4 default classes; each site
 holds out 20% with the job's split. Every classifier is the evaluation round's narrow CNN5, scored on the pooled
 held-out real images (balanced accuracy). Everything runs in-process with the job's plain functions: the sites'
-statistics path (`site_agent.fedkt`), their sum as secure aggregation would deliver it, and the server's release
+statistics path (`site_agent.fedkt_csd`), their sum as secure aggregation would deliver it, and the server's release
 (`server_app.fedkt_release`); no FLARE. Rungs:
 
 1. real: trained on the pooled real images of the sites' statistics parts (centralised, the ceiling);
@@ -31,8 +31,8 @@ import torch
 from readme_section import write_section
 
 from fl_contract.classes import PLAYERFL_CLASSES
-from fl_contract.fedkt.classifier import build_classifier, evaluate_classifier, train_classifier, training_budget
-from fl_contract.fedkt.wire import ClassStatistics, from_ring
+from fl_contract.fedkt_csd.classifier import build_classifier, evaluate_classifier, train_classifier, training_budget
+from fl_contract.fedkt_csd.wire import ClassStatistics, from_ring
 from fl_contract.models import load_numpy_params, state_dict_to_numpy
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
 from jobs.fedkt_csd.spec import FedKTCSDParams
@@ -49,8 +49,8 @@ from server_app.fedkt_release import (
 )
 from server_app.privacy.dp_calibration import calibrate_noise
 from site_agent.data.synthetic_isic import write_isic_site
-from site_agent.fedkt.demo_autoencoder import read_quality, reconstruct
-from site_agent.fedkt.site_data import LabelledImages, load_split, read_images, statistics_vector
+from site_agent.fedkt_csd.demo_autoencoder import read_quality, reconstruct
+from site_agent.fedkt_csd.site_data import LabelledImages, load_split, read_images, statistics_vector
 
 SITES, SIZE = 3, 64
 CLASSES = list(PLAYERFL_CLASSES)

@@ -28,16 +28,16 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from fl_contract.classes import PLAYERFL_CLASSES
-from fl_contract.fedkt.classifier import build_classifier, evaluate_classifier, train_classifier
-from fl_contract.fedkt.wire import from_ring
+from fl_contract.fedkt_csd.classifier import build_classifier, evaluate_classifier, train_classifier
+from fl_contract.fedkt_csd.wire import from_ring
 from fl_contract.models import load_numpy_params, state_dict_to_numpy
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder, to_autoencoder_range
 from jobs.fedkt_csd.spec import FedKTCSDParams
 from server_app.fedkt_release import decode_latents, release_class_gaussians, sample_latents
 from server_app.privacy.dp_calibration import calibrate_noise
 from site_agent.data.synthetic_isic import write_isic_site
-from site_agent.fedkt.site_data import LabelledImages, load_split, read_images, statistics_vector
-from site_agent.fedkt.stats import clip_latents, encode_latents
+from site_agent.fedkt_csd.site_data import LabelledImages, load_split, read_images, statistics_vector
+from site_agent.fedkt_csd.stats import clip_latents, encode_latents
 
 SITES, SIZE = 3, 64
 CLASSES = list(PLAYERFL_CLASSES)

@@ -24,7 +24,7 @@ import argparse
 import numpy as np
 from readme_section import write_section
 
-from fl_contract.fedkt.wire import ClassStatistics, upper_triangle
+from fl_contract.fedkt_csd.wire import ClassStatistics, upper_triangle
 from jobs.fedkt_csd.spec import FedKTCSDParams
 from server_app.fedkt_release import add_noise, moment_estimates
 from server_app.privacy.dp_calibration import calibrate_noise

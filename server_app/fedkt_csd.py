@@ -19,9 +19,9 @@ import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from fl_contract.device import select_device
-from fl_contract.fedkt import Adjacency, Method, protocol
-from fl_contract.fedkt.classifier import BATCH_SIZE, predict, train_classifier, training_budget
-from fl_contract.fedkt.wire import from_ring
+from fl_contract.fedkt_csd import Adjacency, Method, protocol
+from fl_contract.fedkt_csd.classifier import BATCH_SIZE, predict, train_classifier, training_budget
+from fl_contract.fedkt_csd.wire import from_ring
 from fl_contract.job_params import FedKTCSDParams, job_params
 from fl_contract.models import state_dict_to_numpy
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder

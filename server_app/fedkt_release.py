@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from diffusers import AutoencoderDC
 
-from fl_contract.fedkt.wire import ClassStatistics, full_matrix
+from fl_contract.fedkt_csd.wire import ClassStatistics, full_matrix
 from fl_contract.models.dcae import AutoencoderIdentity, from_autoencoder_range, latent_shape
 from server_app.privacy.dp_calibration import NoiseCalibration
 from server_app.privacy.noisy_counts import inverse_count_estimator, inverse_counts

@@ -20,7 +20,7 @@ _COMMAND_MODULES = (
     "site_agent.ledger",
     "site_agent.audit",
     "site_agent.data.demo_cli",
-    "site_agent.fedkt.cli",
+    "site_agent.fedkt_csd.cli",
     "site_agent.playerfl.cli",
 )
 

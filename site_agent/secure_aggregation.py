@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from fl_contract.fedkt.wire import RING_DTYPE
+from fl_contract.fedkt_csd.wire import RING_DTYPE
 from fl_contract.secure_aggregation import (
     KEY_BYTES,
     SHARE_BYTES,

@@ -39,7 +39,7 @@ class ComputeSettings:
     `data_cache`: where decoded, normalised volumes are kept after their first read: "memory" (RAM, the job's
     `cache_rate` of the cases) or "disk" (the site's workspace, every case, kept across rounds and jobs; for
     sites whose cases do not fit in RAM). Either way no epoch after the first reads DICOM or NIfTI again.
-    `encode_batch_size`: FedKT-CSD's encoding batch; None: the device's default (site_agent.fedkt.stats).
+    `encode_batch_size`: FedKT-CSD's encoding batch; None: the device's default (site_agent.fedkt_csd.stats).
     """
 
     loader_workers: int = 0

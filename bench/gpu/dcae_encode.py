@@ -7,7 +7,7 @@ speed does not depend on the weights. The encoder has 123M parameters; a 64 x 64
 
 - bare encoder: `model.encode(x).latent` on images already on the GPU, batches of the site's default GPU size, in the
   site's precision (bfloat16 autocast where supported), inference mode, cuDNN autotuning on;
-- site encoding: `site_agent.fedkt.stats.encode_latents` from the images in CPU memory, as the site holds them
+- site encoding: `site_agent.fedkt_csd.stats.encode_latents` from the images in CPU memory, as the site holds them
   (upload, fixed padded batches, deterministic kernels, latents back to the CPU as float32);
 - site statistics: `site_statistics`, the above plus float64 clipping, fixed point and the per-class integer sums;
 - limit: the GPU's measured bfloat16 matmul rate (`fl_contract.device.probe_gpu`) over the encoder's FLOPs per image
@@ -46,7 +46,7 @@ def main() -> int:
     from fl_contract.device import probe_gpu
     from fl_contract.models.dcae import f32c32_config
     from fl_contract.precision import select_precision
-    from site_agent.fedkt.stats import default_encode_batch_size, encode_latents, site_statistics
+    from site_agent.fedkt_csd.stats import default_encode_batch_size, encode_latents, site_statistics
 
     torch.manual_seed(0)
     model = AutoencoderDC(**f32c32_config()).requires_grad_(False).eval().to(device)

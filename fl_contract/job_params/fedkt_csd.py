@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fl_contract.classes import PLAYERFL_CLASSES, TRAINING_CLASSES
-from fl_contract.fedkt import ADJACENCIES, COUNT_NOISE_MULTIPLIER, METHODS, MIN_SITES
+from fl_contract.fedkt_csd import ADJACENCIES, COUNT_NOISE_MULTIPLIER, METHODS, MIN_SITES
 from fl_contract.params import FederationParams, param
 
 

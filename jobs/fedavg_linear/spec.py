@@ -13,7 +13,7 @@ KIND = JobKind(
     summary="FedAvg on the reference linear model (3 sites with 50/200/500 samples); reproduces the reference weights",
     params=FedAvgLinearParams,
     controller="server_app.fedavg.FedAvgController",
-    site_task="site_agent.tasks.linear_regression.LinearRegressionTask",
+    site_task="site_agent.tasks.fedavg_linear.LinearRegressionTask",
     dataset_keys=("dataset",),
     demo="jobs.fedavg_linear.demo:DEMOS",
 )

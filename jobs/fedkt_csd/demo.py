@@ -18,7 +18,7 @@ from jobs.admin import JobOutcome
 from jobs.demo_data import isic_demo_site
 from jobs.demo_job import DemoJob
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
-from site_agent.fedkt.demo_autoencoder import describe_quality, read_quality, train_demo_autoencoder
+from site_agent.fedkt_csd.demo_autoencoder import describe_quality, read_quality, train_demo_autoencoder
 
 CACHE_NAME = "demo-dcae-v2"  # v2: many skin tints, colour term, quality.json
 

@@ -34,7 +34,7 @@ from typing import Any
 import dp_accounting
 from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 
-from fl_contract.fedkt import COUNT_NOISE_MULTIPLIER, Adjacency, Method
+from fl_contract.fedkt_csd import COUNT_NOISE_MULTIPLIER, Adjacency, Method
 
 PLD_VALUE_DISCRETIZATION = 1e-3
 

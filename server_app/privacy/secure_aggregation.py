@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from fl_contract.fedkt.wire import RING_DTYPE
+from fl_contract.fedkt_csd.wire import RING_DTYPE
 from fl_contract.secure_aggregation import (
     SHARE_BYTES,
     AdvertisedKeys,

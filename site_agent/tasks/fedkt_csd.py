@@ -7,7 +7,7 @@ fresh keys whose private halves stay in this executor's memory for this session 
 the site's images (or takes the privacy officer's reviewed export) and sends only the masked fixed-point vector;
 `unmask` reveals the shares that let the server remove the masks of the survivors and of the sites lost after
 sharing; `evaluate` (optional) scores the server's classifier on the site's held-out images. Messages:
-`fl_contract.fedkt.protocol`.
+`fl_contract.fedkt_csd.protocol`.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import Any
 
 from nvflare.app_common.abstract.fl_model import FLModel
 
-from fl_contract.fedkt import MIN_SITES, protocol
-from fl_contract.fedkt.classifier import build_classifier, evaluate_classifier
+from fl_contract.fedkt_csd import MIN_SITES, protocol
+from fl_contract.fedkt_csd.classifier import build_classifier, evaluate_classifier
 from fl_contract.job_params import FedKTCSDParams, job_params
 from fl_contract.job_privacy import DP_STATISTICS
 from fl_contract.models import load_numpy_params
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
-from site_agent.fedkt.export import ExportSettings, payload_sha256, read_export
-from site_agent.fedkt.site_data import load_split, read_images, statistics_vector
+from site_agent.fedkt_csd.export import ExportSettings, payload_sha256, read_export
+from site_agent.fedkt_csd.site_data import load_split, read_images, statistics_vector
 from site_agent.policy import PolicyInForce
 from site_agent.secure_aggregation import SecureAggregationSite
 from site_agent.secure_aggregation_identity import SigningIdentity

@@ -14,7 +14,7 @@ from support import ADMIN, wait_for_server_log
 
 from federation_tools.loopback import LoopbackFederation, free_port
 from fl_contract.classes import PLAYERFL_CLASSES
-from fl_contract.fedkt.wire import RING_DTYPE, from_ring
+from fl_contract.fedkt_csd.wire import RING_DTYPE, from_ring
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
 from jobs.admin import follow_job
 from jobs.common import build_job, export
@@ -24,7 +24,7 @@ from server_app.fedkt_release import release_class_gaussians
 from server_app.privacy.dp_calibration import calibrate_noise
 from server_app.server_config import write_server_config
 from site_agent.data.synthetic_isic import write_isic_site
-from site_agent.fedkt.site_data import statistics_vector
+from site_agent.fedkt_csd.site_data import statistics_vector
 from site_agent.site_config import write_site_config
 
 pytestmark = pytest.mark.federation

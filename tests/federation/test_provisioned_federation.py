@@ -95,7 +95,7 @@ def test_a_kit_whose_allow_list_predates_the_job_kind_refuses_it_naming_site_and
     resources = running_federation.federation.kit("site-2") / "local" / "resources.json"
     original = resources.read_text()
     kit_policy = json.loads(original)
-    task = "site_agent.tasks.linear_regression.LinearRegressionTask"
+    task = "site_agent.tasks.fedavg_linear.LinearRegressionTask"
     kit_policy["class_allow_list"] = [c for c in kit_policy["class_allow_list"] if c != task]
     resources.write_text(json.dumps(kit_policy))
     session = running_federation.session()

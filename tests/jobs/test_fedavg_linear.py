@@ -45,7 +45,7 @@ def test_exported_job_ships_no_code_and_records_parameters(tmp_path):
     assert server["args"] == client["args"] == {"kind": "fedavg-linear", "params": params_to_json(params)}
     assert server["args"]["params"] | {"num_rounds": 2, "aggregation": "trimmed_mean", "trim_fraction": 0.2,
                                        "local_steps": 3} == server["args"]["params"]
-    assert client["path"] == "site_agent.tasks.linear_regression.LinearRegressionTask"
+    assert client["path"] == "site_agent.tasks.fedavg_linear.LinearRegressionTask"
 
 
 @pytest.mark.simulator

@@ -105,7 +105,7 @@ def test_check_warns_when_the_kit_predates_the_agents_job_classes(two_federation
     shutil.copytree(two_federations[0].kit("site-1"), kit)
     resources_path = kit / "local" / "resources.json"
     resources = json.loads(resources_path.read_text())
-    resources["class_allow_list"].remove("site_agent.tasks.linear_regression.LinearRegressionTask")
+    resources["class_allow_list"].remove("site_agent.tasks.fedavg_linear.LinearRegressionTask")
     resources_path.write_text(json.dumps(resources))
 
     [policy] = [r for r in run_checks(kit, skip_server=True) if r.name == "site policy"]

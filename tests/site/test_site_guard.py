@@ -28,7 +28,7 @@ POLICY = SitePolicy(allowed_job_kinds=KINDS, min_dp_noise_multiplier=1.0, max_re
                     min_secure_aggregation_sites=4)
 SEGMENTATION_TASK = "site_agent.tasks.segmentation.SegmentationTask"
 KIND_TASKS = {"brats-segmentation": SEGMENTATION_TASK,
-              "fedavg-linear": "site_agent.tasks.linear_regression.LinearRegressionTask",
+              "fedavg-linear": "site_agent.tasks.fedavg_linear.LinearRegressionTask",
               "fedkt-csd": "site_agent.tasks.fedkt_csd.FedKTCSDTask"}
 
 

@@ -23,7 +23,7 @@ from nvflare.fuel.utils import fobs
 from support import FedKTRelay
 
 from fl_contract.classes import PLAYERFL_CLASSES
-from fl_contract.fedkt import protocol
+from fl_contract.fedkt_csd import protocol
 from fl_contract.job_privacy import DP_STATISTICS, WEIGHTS, SitePrivacy
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
@@ -33,7 +33,7 @@ from site_agent.audit import RESULT_SENT, AuditLog
 from site_agent.cli import main
 from site_agent.data.linear_demo import write_linear_site
 from site_agent.data.synthetic_isic import write_isic_site
-from site_agent.fedkt.export import METADATA_FILE
+from site_agent.fedkt_csd.export import METADATA_FILE
 from site_agent.site_config import SiteConfig, write_site_config
 from site_agent.tasks.executor import SiteContext
 

@@ -192,7 +192,7 @@ def test_the_rule_names_a_missing_file_module_and_anchor_and_leaves_outside_name
     assert path_problem("../shared/NOTES.md") == "../shared/NOTES.md points outside the repository"
     assert path_problem("../README.md", ROOT / "docs") is None and path_problem("../../../etc") is None
     for fine in ("docs/algorithms.md#fedavg-reference-run", "tasks/executor.py", "jobs.common.build_job",
-                 "federation_tools/", "fl_contract.fedkt.COUNT_NOISE_MULTIPLIER", "algorithms.md#player-fl"):
+                 "federation_tools/", "fl_contract.fedkt_csd.COUNT_NOISE_MULTIPLIER", "algorithms.md#player-fl"):
         assert path_problem(fine) is None, fine
     for outside in ("<kit>/local/site_agent.json", "site_agent.json", "/data/derm", "startup/start.sh", "report.md",
                     "nvflare/private/fed/client/fed_client_base.py", "sub_start.sh",

@@ -13,7 +13,7 @@ import torch
 from fl_contract.models.dcae import CLIP_NORM_FILE, load_autoencoder
 from server_app.server_config import ServerConfig, ServerConfigError, write_server_config
 from site_agent.cli import main
-from site_agent.fedkt.demo_autoencoder import (
+from site_agent.fedkt_csd.demo_autoencoder import (
     measure_quality,
     median_latent_norm,
     psnr_db,

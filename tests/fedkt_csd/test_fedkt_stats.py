@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from fl_contract.fedkt.wire import RING_DTYPE, fixed_point_scales, from_ring, ring_fields
+from fl_contract.fedkt_csd.wire import RING_DTYPE, fixed_point_scales, from_ring, ring_fields
 from fl_contract.models.dcae import build_tiny_dcae
-from site_agent.fedkt.stats import (
+from site_agent.fedkt_csd.stats import (
     ENCODE_BATCH_SIZE,
     class_statistics,
     clip_latents,

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from fl_contract.models.dcae import LoadedAutoencoder, to_autoencoder_range
 from site_agent.data.isic import IsicRecord, isic_dataset, read_isic_site
 from site_agent.data.split import split_records
-from site_agent.fedkt.stats import site_statistics
+from site_agent.fedkt_csd.stats import site_statistics
 
 _DECODE_BATCH = 64
 

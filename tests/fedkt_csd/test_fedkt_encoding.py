@@ -6,9 +6,9 @@ import numpy as np
 import torch
 from diffusers import AutoencoderDC
 
-from fl_contract.fedkt.wire import RING_DTYPE
+from fl_contract.fedkt_csd.wire import RING_DTYPE
 from fl_contract.models.dcae import build_tiny_dcae, f32c32_config, latent_shape
-from site_agent.fedkt.stats import ENCODE_BATCH_SIZE, default_encode_batch_size, encode_latents, site_statistics
+from site_agent.fedkt_csd.stats import ENCODE_BATCH_SIZE, default_encode_batch_size, encode_latents, site_statistics
 
 
 def test_the_cpu_default_is_the_fixed_batch_of_32():

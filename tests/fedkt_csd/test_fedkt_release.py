@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fl_contract.fedkt.wire import RING_DTYPE, ClassStatistics, from_ring, upper_triangle
+from fl_contract.fedkt_csd.wire import RING_DTYPE, ClassStatistics, from_ring, upper_triangle
 from fl_contract.models.dcae import build_tiny_dcae
 from server_app.fedkt_release import (
     add_noise,
@@ -22,7 +22,7 @@ from server_app.fedkt_release import (
 )
 from server_app.privacy.dp_calibration import NoiseCalibration, calibrate_noise
 from server_app.privacy.noisy_counts import inverse_counts
-from site_agent.fedkt.stats import class_statistics
+from site_agent.fedkt_csd.stats import class_statistics
 
 
 def _calibration(std_mean, std_outer, std_count=None):

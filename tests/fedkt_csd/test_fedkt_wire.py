@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fl_contract.fedkt.wire import (
+from fl_contract.fedkt_csd.wire import (
     FRACTION_BITS,
     MAX_RECORDS,
     RING_DTYPE,

@@ -13,14 +13,14 @@ from nvflare.app_common.abstract.fl_model import FLModel
 from support import FedKTRelay
 
 from fl_contract.classes import PLAYERFL_CLASSES
-from fl_contract.fedkt import protocol
-from fl_contract.fedkt.wire import RING_DTYPE
+from fl_contract.fedkt_csd import protocol
+from fl_contract.fedkt_csd.wire import RING_DTYPE
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
 from site_agent.cli import main
 from site_agent.data.synthetic_isic import write_isic_site
-from site_agent.fedkt.export import METADATA_FILE, PAYLOAD_FILE, SUMMARY_FILE, ExportSettings, read_export
-from site_agent.fedkt.site_data import statistics_vector
+from site_agent.fedkt_csd.export import METADATA_FILE, PAYLOAD_FILE, SUMMARY_FILE, ExportSettings, read_export
+from site_agent.fedkt_csd.site_data import statistics_vector
 from site_agent.site_config import SiteConfig, write_site_config
 from site_agent.tasks.executor import SiteContext
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_contract.fedkt.wire import RING_DTYPE, ring_fields
+from fl_contract.fedkt_csd.wire import RING_DTYPE, ring_fields
 from fl_contract.models.dcae import AutoencoderIdentity
 from site_agent import __version__
 
@@ -81,7 +81,7 @@ def summary(metadata: dict[str, Any]) -> str:
         f"{metadata['holdout_fraction']} (split seed {metadata['seed']})\n"
         "  The job adds pairwise secure-aggregation masks to this vector and sends nothing else: no image,\n"
         "  per-record latent, path, patient ID or model weight. Decode it with\n"
-        "  fl_contract.fedkt.wire.from_ring(vector, number_of_classes, R).\n"
+        "  fl_contract.fedkt_csd.wire.from_ring(vector, number_of_classes, R).\n"
     )
 
 

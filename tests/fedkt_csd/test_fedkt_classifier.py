@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from fl_contract.fedkt.classifier import evaluate_classifier, train_classifier, training_budget
+from fl_contract.fedkt_csd.classifier import evaluate_classifier, train_classifier, training_budget
 
 
 def _bright_and_dark(n: int, size: int = 32, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

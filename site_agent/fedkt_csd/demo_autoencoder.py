@@ -24,7 +24,7 @@ import torch
 from diffusers import AutoencoderDC
 
 from fl_contract.classes import PLAYERFL_CLASSES, TRAINING_CLASSES
-from fl_contract.fedkt.classifier import CLASSIFIER, evaluate_classifier, train_classifier, training_budget
+from fl_contract.fedkt_csd.classifier import CLASSIFIER, evaluate_classifier, train_classifier, training_budget
 from fl_contract.models.dcae import (
     build_tiny_dcae,
     from_autoencoder_range,
@@ -34,8 +34,8 @@ from fl_contract.models.dcae import (
 )
 from site_agent.data.isic import read_isic_site
 from site_agent.data.synthetic_isic import write_isic_site
-from site_agent.fedkt.site_data import LabelledImages, read_images
-from site_agent.fedkt.stats import encode_latents
+from site_agent.fedkt_csd.site_data import LabelledImages, read_images
+from site_agent.fedkt_csd.stats import encode_latents
 
 PUBLIC_SEED = 20_240_607  # the public image set; demo sites use small seeds
 QUALITY_SEED = PUBLIC_SEED + 1  # held-out public images for quality.json, never trained on

@@ -14,7 +14,7 @@ from support import JOB_FILES, read_exported_job
 
 from federation_tools.simulate import SimulationRun, simulate
 from fl_contract.classes import PLAYERFL_CLASSES
-from fl_contract.fedkt.wire import class_length
+from fl_contract.fedkt_csd.wire import class_length
 from fl_contract.models.dcae import save_autoencoder
 from jobs.common import build_job, export
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
@@ -22,7 +22,7 @@ from jobs.registry import server_allow_list, site_allow_list
 from server_app import fedkt_outputs as outputs
 from site_agent.data.isic import GROUND_TRUTH_CSV
 from site_agent.data.synthetic_isic import write_isic_site
-from site_agent.fedkt.demo_autoencoder import public_images, train_autoencoder
+from site_agent.fedkt_csd.demo_autoencoder import public_images, train_autoencoder
 
 SITES = ["site-1", "site-2", "site-3"]
 IMAGES_PER_SITE = 32

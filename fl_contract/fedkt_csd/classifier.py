@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fl_contract.fedkt.protocol import PREDICTED_CLASSES, RECALL_PREFIX
+from fl_contract.fedkt_csd.protocol import PREDICTED_CLASSES, RECALL_PREFIX
 from fl_contract.models import build_model
 
 CLASSIFIER = "cnn5_flat"

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from fl_contract.fedkt.wire import RING_DTYPE, from_ring
+from fl_contract.fedkt_csd.wire import RING_DTYPE, from_ring
 from fl_contract.secure_aggregation import SecureAggregationError, combine_shares, mask_stream, pair_seed, split_secret
 from server_app.privacy.secure_aggregation import Revealed, SecureAggregation
-from site_agent.fedkt.stats import class_statistics
+from site_agent.fedkt_csd.stats import class_statistics
 from site_agent.secure_aggregation import SecureAggregationSite
 
 SESSION = "job-1234/attempt-1"

@@ -16,8 +16,8 @@ from site_agent.site_config import SiteConfig
 def _export(args: argparse.Namespace) -> int:
     from fl_contract.device import select_device
     from fl_contract.models.dcae import load_autoencoder
-    from site_agent.fedkt.export import ExportSettings, write_export
-    from site_agent.fedkt.site_data import statistics_vector
+    from site_agent.fedkt_csd.export import ExportSettings, write_export
+    from site_agent.fedkt_csd.site_data import statistics_vector
 
     kit = Path(args.kit)
     config = SiteConfig.for_kit(kit)
@@ -35,7 +35,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _train_demo_autoencoder(args: argparse.Namespace) -> int:
     from fl_contract.models.dcae import load_autoencoder
-    from site_agent.fedkt.demo_autoencoder import describe_quality, read_quality, train_demo_autoencoder
+    from site_agent.fedkt_csd.demo_autoencoder import describe_quality, read_quality, train_demo_autoencoder
 
     folder = train_demo_autoencoder(Path(args.out), args.images, args.steps, args.batch_size, args.seed,
                                     args.quality_images, args.quality_classifier_steps)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from diffusers import AutoencoderDC
 
-from fl_contract.fedkt.wire import RING_DTYPE, check_capacity, join_fields, quantize_latents, upper_triangle
+from fl_contract.fedkt_csd.wire import RING_DTYPE, check_capacity, join_fields, quantize_latents, upper_triangle
 from fl_contract.precision import select_precision
 
 ENCODE_BATCH_SIZE = 32

@@ -16,15 +16,15 @@ from nvflare.app_common.abstract.fl_model import FLModel
 from support import FedKTRelay, over_the_wire
 
 from fl_contract.classes import PLAYERFL_CLASSES
-from fl_contract.fedkt import protocol
-from fl_contract.fedkt.classifier import build_classifier
-from fl_contract.fedkt.wire import RING_DTYPE, class_length
+from fl_contract.fedkt_csd import protocol
+from fl_contract.fedkt_csd.classifier import build_classifier
+from fl_contract.fedkt_csd.wire import RING_DTYPE, class_length
 from fl_contract.models import state_dict_to_numpy
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
 from fl_contract.secure_aggregation import SecureAggregationError
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
 from site_agent.data.synthetic_isic import write_isic_site
-from site_agent.fedkt.site_data import statistics_vector
+from site_agent.fedkt_csd.site_data import statistics_vector
 from site_agent.policy import SitePolicy, write_policy
 from site_agent.site_config import SiteConfig, write_site_config
 from site_agent.tasks.executor import SiteContext
