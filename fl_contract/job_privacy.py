@@ -46,6 +46,7 @@ class SitePrivacy:
     epsilon: float | None = None
     delta: float | None = None
     min_clients: int = 1
+    secure_aggregation: bool = False
 
     @property
     def client_dp(self) -> bool:
@@ -77,8 +78,10 @@ class SitePrivacy:
         except TypeError as exc:
             raise ValueError(f"the job's {SITE_PRIVACY_KEY} is malformed: {exc}") from exc
         for name in PARAMETERS:
-            value = getattr(privacy, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            value, flag = getattr(privacy, name), name == "secure_aggregation"
+            if flag and not isinstance(value, bool):
+                raise ValueError(f"the job's {SITE_PRIVACY_KEY}.{name} is {value!r}, not true or false")
+            if not flag and value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise ValueError(f"the job's {SITE_PRIVACY_KEY}.{name} is {value!r}, not a number")
         return privacy
 

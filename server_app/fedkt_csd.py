@@ -18,6 +18,7 @@ from typing import Any, cast
 import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel
 
+from fl_contract import secure_aggregation_messages as messages
 from fl_contract.device import select_device
 from fl_contract.fedkt_csd import Adjacency, Method, protocol
 from fl_contract.fedkt_csd.classifier import BATCH_SIZE, predict, train_classifier, training_budget
@@ -30,7 +31,8 @@ from fl_contract.version import AGENT_VERSION as __version__
 from server_app import fedkt_outputs as outputs
 from server_app.fedkt_release import decode_latents, release_class_gaussians, sample_latents, synthetic_counts
 from server_app.privacy.dp_calibration import NoiseCalibration, calibrate_noise
-from server_app.privacy.secure_aggregation import Revealed, SecureAggregation
+from server_app.privacy.secure_aggregation import SecureAggregation
+from server_app.privacy.secure_sum import Send, secure_sum
 from server_app.results import RunRecorder
 from server_app.server_config import CONFIG_FILE, ServerConfig
 from server_app.site_watch import SiteAwareController
@@ -82,7 +84,7 @@ class FedKTCSDController(SiteAwareController):
         announcement = protocol.announcement(session, self.classes, self.job.image_size, loaded.identity)
         secagg = SecureAggregation(session, self.job.min_clients)
         try:
-            total = secure_sum(secagg, announcement, self._send, self.info, self._warn)
+            total = secure_statistics(secagg, announcement, self._send, self.info, self._warn)
             stats = from_ring(total, len(self.classes), loaded.clip_norm)
         except SecureAggregationError as err:
             raise JobStopped(f"secure aggregation failed: {err}") from err
@@ -186,34 +188,12 @@ class FedKTCSDController(SiteAwareController):
                 "seed": self.job.seed}
 
 
-Send = Callable[[str, FLModel, list[str] | None], dict[str, FLModel]]
-"""Send a task's data to the target sites (None: all) and wait; the results of the sites that answered, by name."""
-
-
-def secure_sum(secagg: SecureAggregation, announcement: dict[str, Any], send: Send, log: Callable[[str], None],
-               warn: Callable[[str], None]) -> np.ndarray:
-    """The four secure-aggregation tasks, each sent to the sites that answered the one before; the survivors' sum."""
+def secure_statistics(secagg: SecureAggregation, announcement: dict[str, Any], send: Send, log: Callable[[str], None],
+                      warn: Callable[[str], None]) -> np.ndarray:
+    """The keys task with the announcement, then the secure sum of the sites' statistics."""
     keys = send(protocol.TASK_KEYS, FLModel(params={}, meta=announcement), None)
-    secagg.start({site: protocol.read_keys(result.params) for site, result in keys.items()})
-    log(f"key exchange with {', '.join(secagg.key_exchange)} (threshold {secagg.threshold}); requesting shares")
-    meta = {protocol.SESSION: secagg.session}
-    shares = send(protocol.TASK_SHARES, FLModel(params=protocol.key_exchange_params(secagg.keys),
-                                                meta={**meta, protocol.THRESHOLD: secagg.threshold}),
-                  secagg.key_exchange)
-    relayed = secagg.relay({site: {peer: protocol.from_wire(c) for peer, c in r.params.items()}
-                            for site, r in shares.items()})
-    log(f"{', '.join(secagg.sharing)} shared their keys; requesting masked statistics")
-    ciphertexts = {pair: protocol.to_wire(ciphertext) for pair, ciphertext in relayed.items()}
-    results = send(protocol.TASK_STATISTICS, FLModel(params=ciphertexts, meta={**meta, protocol.SITES: secagg.sharing}),
-                   secagg.sharing)
-    masked = {site: r.params[protocol.MASKED] for site, r in results.items()}
-    secagg.collect(masked)
-    if secagg.dropped:
-        warn(f"site(s) {', '.join(secagg.dropped)} shared their keys but sent no masked statistics: their masks are "
-             f"removed with the other sites' shares and the release goes on with {', '.join(secagg.survivors)}")
-    answers = send(protocol.TASK_UNMASK, FLModel(params={}, meta={
-        **meta, protocol.SURVIVORS: secagg.survivors, protocol.DROPPED: secagg.dropped}), secagg.survivors)
-    return secagg.unmask(masked, {site: Revealed(*protocol.read_revealed(r.params)) for site, r in answers.items()})
+    secagg.start({site: messages.read_keys(result.params) for site, result in keys.items()})
+    return secure_sum(secagg, protocol.TASK_STATISTICS, send, log, warn, "masked statistics")
 
 
 def _site_scores(metrics: dict[str, float]) -> dict[str, Any]:

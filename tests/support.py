@@ -17,7 +17,7 @@ from nvflare.fuel.utils import fobs
 from federation_tools.loopback import free_port
 from jobs.segmentation.spec import CPU_DEMO_DATA
 from provisioning.provision import Federation, customise, load_template, provision
-from server_app.fedkt_csd import secure_sum
+from server_app.fedkt_csd import secure_statistics
 from server_app.privacy.secure_aggregation import SecureAggregation
 from site_agent.data.linear_demo import write_linear_site
 from site_agent.data.synthetic_brats import write_brats_site
@@ -111,7 +111,7 @@ class FedKTRelay:
 
     def secure_sum(self, announcement: FLModel, min_sites: int = 3) -> np.ndarray:
         session = announcement.meta["session"]
-        return secure_sum(SecureAggregation(session, min_sites), announcement.meta, self.send, print, print)
+        return secure_statistics(SecureAggregation(session, min_sites), announcement.meta, self.send, print, print)
 
 
 def wait_for_server_log(federation: Federation, job_id: str, text: str, timeout: float = 180.0) -> None:

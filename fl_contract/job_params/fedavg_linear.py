@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from fl_contract.aggregation_rules import AGGREGATION_RULES
+from fl_contract.masked_weights import SecureWeightsParams
 from fl_contract.params import RoundParams, param
 
 
 @dataclass(frozen=True)
-class FedAvgLinearParams(RoundParams):
+class FedAvgLinearParams(SecureWeightsParams, RoundParams):
     num_rounds: int = param(5, "rounds of FedAvg (reference: 5)", low=1)
     local_steps: int = param(5, "full-batch gradient steps per site and round (reference: 5)", low=1)
     learning_rate: float = param(0.1, "site step size (reference: 0.1)", low=0.0)

@@ -16,6 +16,7 @@ from typing import Any
 
 from nvflare.app_common.abstract.fl_model import FLModel
 
+from fl_contract import secure_aggregation_messages as messages
 from fl_contract.fedkt_csd import MIN_SITES, protocol
 from fl_contract.fedkt_csd.classifier import build_classifier, evaluate_classifier
 from fl_contract.job_params import FedKTCSDParams, job_params
@@ -54,12 +55,12 @@ class FedKTCSDTask(TaskExecutor):
         floor = max(MIN_SITES, policy.min_secure_aggregation_sites if policy else MIN_SITES)
         identity = SigningIdentity.from_kit(ctx.workspace_dir)  # None in the simulator: no startup kit
         self._secagg = SecureAggregationSite(ctx.site_name, session, min_threshold=floor, identity=identity)
-        return FLModel(params=protocol.keys_params(self._secagg.advertised))
+        return FLModel(params=messages.keys_params(self._secagg.advertised))
 
     def task_shares(self, model: FLModel, ctx: SiteContext) -> FLModel:
         secagg = self._session_for(model, ctx)
-        shares = secagg.share(protocol.read_key_exchange(model.params), int(model.meta[protocol.THRESHOLD]))
-        return FLModel(params={peer: protocol.to_wire(ciphertext) for peer, ciphertext in shares.items()})
+        shares = secagg.share(messages.read_key_exchange(model.params), int(model.meta[messages.THRESHOLD]))
+        return FLModel(params={peer: messages.to_wire(ciphertext) for peer, ciphertext in shares.items()})
 
     def task_statistics(self, model: FLModel, ctx: SiteContext) -> FLModel:
         secagg = self._session_for(model, ctx)
@@ -71,14 +72,14 @@ class FedKTCSDTask(TaskExecutor):
             vector = statistics_vector(self._loaded, ctx.data_dir(self.job.dataset), self.classes, self.job.image_size,
                                        self.job.holdout_fraction, self.seed, ctx.config.compute.encode_batch_size)
         self.note_for_audit(statistics_sha256=payload_sha256(vector))  # matches the reviewed export's payload_sha256
-        masked = secagg.mask(vector, model.meta[protocol.SITES], protocol.addressed_to(ctx.site_name, model.params))
-        return FLModel(params={protocol.MASKED: masked})
+        masked = secagg.mask(vector, model.meta[messages.SITES], messages.addressed_to(ctx.site_name, model.params))
+        return FLModel(params={messages.MASKED: masked})
 
     def task_unmask(self, model: FLModel, ctx: SiteContext) -> FLModel:
         secagg = self._session_for(model, ctx)
         self._secagg = None  # one answer per session: its secrets go with it
-        self_seeds, mask_keys = secagg.reveal(model.meta[protocol.SURVIVORS], model.meta[protocol.DROPPED])
-        return FLModel(params=protocol.revealed_params(self_seeds, mask_keys))
+        self_seeds, mask_keys = secagg.reveal(model.meta[messages.SURVIVORS], model.meta[messages.DROPPED])
+        return FLModel(params=messages.revealed_params(self_seeds, mask_keys))
 
     def task_evaluate(self, model: FLModel, ctx: SiteContext) -> FLModel:
         split = load_split(ctx.data_dir(self.job.dataset), self.classes, self.job.holdout_fraction, self.seed)
@@ -88,7 +89,7 @@ class FedKTCSDTask(TaskExecutor):
         return FLModel(metrics=evaluate_classifier(classifier, held_out.images, held_out.labels, self.classes))
 
     def _session_for(self, model: FLModel, ctx: SiteContext) -> SecureAggregationSite:
-        session = model.meta.get(protocol.SESSION)
+        session = model.meta.get(messages.SESSION)
         if self._secagg is None or session != self._secagg.session:
             held = self._secagg.session if self._secagg else None
             raise RuntimeError(f"site {ctx.site_name} has no keys for session {session!r} (it holds keys for "

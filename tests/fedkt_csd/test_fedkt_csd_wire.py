@@ -15,6 +15,7 @@ from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel
 from support import FedKTRelay, over_the_wire
 
+from fl_contract import secure_aggregation_messages as messages
 from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.fedkt_csd import protocol
 from fl_contract.fedkt_csd.classifier import build_classifier
@@ -105,10 +106,10 @@ def test_steps_out_of_session_are_refused(federation):
     task.task_keys(_announce(ae), contexts["site-1"])
 
     with pytest.raises(RuntimeError, match=r"site-1 has no keys for session 'job-1/attempt-2'.*rerun the job"):
-        task.task_shares(FLModel(params={}, meta={protocol.SESSION: "job-1/attempt-2", protocol.THRESHOLD: 3}),
+        task.task_shares(FLModel(params={}, meta={messages.SESSION: "job-1/attempt-2", messages.THRESHOLD: 3}),
                          contexts["site-1"])
     with pytest.raises(SecureAggregationError, match="site-1 has not shared its keys"):
-        task.task_statistics(FLModel(params={}, meta={protocol.SESSION: SESSION, protocol.SITES: SITES}),
+        task.task_statistics(FLModel(params={}, meta={messages.SESSION: SESSION, messages.SITES: SITES}),
                              contexts["site-1"])
 
 
@@ -144,8 +145,8 @@ def test_a_site_holds_the_server_to_its_own_policy_floor_for_the_threshold(feder
     tasks = {site: _task() for site in SITES}
     keys = {site: tasks[site].task_keys(_announce(ae), strict if site == "site-1" else contexts[site])
             for site in SITES}
-    relay = FLModel(params=protocol.key_exchange_params({s: protocol.read_keys(k.params) for s, k in keys.items()}),
-                    meta={protocol.SESSION: SESSION, protocol.THRESHOLD: 3})
+    relay = FLModel(params=messages.key_exchange_params({s: messages.read_keys(k.params) for s, k in keys.items()}),
+                    meta={messages.SESSION: SESSION, messages.THRESHOLD: 3})
 
     with pytest.raises(SecureAggregationError,
                        match="site-1: 3 sites in the key exchange, but .* at least 5 \\(its minimum\\)"):
