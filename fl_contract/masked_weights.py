@@ -144,3 +144,8 @@ class WeightGroups:
             offset += 1
             counts.append(count)
         return means, counts
+
+
+TRAIN_TASK = "train"  # the round's training task: with secure_aggregation its answer is the site's keys
+TASK_MASKED = "masked_update"  # the site's masked vector (`fl_contract.secure_aggregation_messages`)
+GROUPS = "secure_groups"  # meta of the train task: the groups of parameter names the vector is laid out in

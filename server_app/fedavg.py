@@ -59,7 +59,7 @@ class FedAvgController(RoundWorkflow):
 
     def send_round(self, round_index: int) -> list[FLModel]:
         self.info(f"round {round_index + 1}/{self.job.num_rounds}: sending the global model")
-        return self._broadcast("train", self.global_params, round_index)
+        return self._broadcast("train", self.global_params, round_index, self.secure_meta(self.global_params))
 
     def update_check(self, round_index: int) -> UpdateCheck:
         return matching(self.global_params)
@@ -67,11 +67,15 @@ class FedAvgController(RoundWorkflow):
     def aggregate(self, round_index: int, intake: RoundIntake, entry: dict[str, Any]) -> None:
         if self.best is not None:
             entry["selection"] = self.best.observe(round_index, self.global_params, intake.metrics)
-        self.global_params = aggregate(self.job.aggregation, intake.updates, reference=self.global_params,
-                                       **self.rule_options)
+        if intake.masked is not None:
+            self.global_params = intake.masked.applied_to(self.global_params)
+        else:
+            self.global_params = aggregate(self.job.aggregation, intake.updates, reference=self.global_params,
+                                           **self.rule_options)
         if self.record_weights:
             entry["global_weights"] = {k: v.ravel().tolist() for k, v in self.global_params.items()}
-        self.info(f"round {round_index + 1}: aggregated {len(intake.updates)} updates with {self.job.aggregation}")
+        how = "their masked sum (secure aggregation)" if intake.masked is not None else self.job.aggregation
+        self.info(f"round {round_index + 1}: aggregated {len(intake.contributors)} updates with {how}")
 
     def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, Params]]:
         best = self.best
@@ -102,10 +106,11 @@ class FedAvgController(RoundWorkflow):
         self.recorder.finish("finished")
         return True
 
-    def _broadcast(self, task_name: str, params: Params, round_index: int) -> list[FLModel]:
+    def _broadcast(self, task_name: str, params: Params, round_index: int,
+                   meta: dict[str, Any] | None = None) -> list[FLModel]:
         """Send `params` to every site; wait for all, or for `late_site_wait_s` after `min_clients` answered."""
         model = FLModel(params=params, params_type=ParamsType.FULL, current_round=round_index,
-                        total_rounds=self.job.num_rounds)
+                        total_rounds=self.job.num_rounds, meta=meta or {})
         results = self.broadcast_model(data=model, task_name=task_name, min_responses=self.job.min_clients,
                                        wait_time_after_min_received=LATE_SITE_WAIT_S)
         return cast(list[FLModel], results)  # FLARE is untyped; broadcast_model returns List[FLModel]
@@ -140,4 +145,5 @@ class FedAvgController(RoundWorkflow):
                 "num_rounds": self.job.num_rounds, "aggregation": self.job.aggregation, **self.rule_options,
                 "min_clients": self.job.min_clients,
                 "selection_metric": self.selection_metric, "selection_weight": self.selection_weight,
-                "test_metric": self.test_metric, "test_weight": self.test_weight, "seed": self.job.seed}
+                "test_metric": self.test_metric, "test_weight": self.test_weight, "seed": self.job.seed,
+                "secure_aggregation": self.masked, "update_l2_bound": getattr(self.job, "update_l2_bound", 0.0)}

@@ -9,7 +9,13 @@ updates remain, records every site's outcome, aggregates, and checkpoints the co
 - `send_round`, `update_check` and `aggregate` (what a round sends, accepts and combines; `aggregate` also adds the
   kind's own fields to the round's entry);
 - `checkpoint_state` / `restore` (what it needs to resume), `model_to_save` (the model a stop keeps);
-- `before_rounds` (a fresh run's first step, e.g. a split chosen before training) and `finish_run` (final tasks).
+- `before_rounds` (a fresh run's first step, e.g. a split chosen before training) and `finish_run` (final tasks);
+- `secure_groups` (with `secure_aggregation`: the groups of parameters the masked vector is laid out in).
+
+With the job's `secure_aggregation` on, each send of a round opens a fresh secure-aggregation session (job, round,
+attempt) whose id and groups go with the training task (`secure_meta`), and the intake is the masked sum
+(`server_app.masked_round`) instead of the sites' updates; everything else (quorum wait, outcomes, checkpoint,
+resume) is the same. A resumed run starts its next round with new keys, like any round.
 
 Every stop names each site's outcome. When FLARE itself ends the run (fewer live sites than the job's
 `min_clients`: FLARE aborts it exactly as an admin's `abort_job` would), the workflow tells the two apart
@@ -18,6 +24,7 @@ Every stop names each site's outcome. When FLARE itself ends the run (fewer live
 
 from __future__ import annotations
 
+import itertools
 import time
 from abc import abstractmethod
 from pathlib import Path
@@ -26,11 +33,19 @@ from typing import Any
 import torch
 from nvflare.app_common.abstract.fl_model import FLModel
 
+from fl_contract import secure_aggregation_messages as messages
 from fl_contract.job_params import RoundJob
-from server_app.aggregation import Params, RoundIntake, UpdateCheck, site_outcomes, take_updates
+from fl_contract.masked_weights import GROUPS, SecureWeightsParams, WeightGroups
+from fl_contract.secure_aggregation import SecureAggregationError
+from server_app.aggregation import Params, RoundIntake, UpdateCheck, site_name, site_outcomes, take_updates
 from server_app.checkpoint import Resumed, ResumeRefused, RunCheckpoint, workflow_checkpoint
+from server_app.masked_round import masked_intake
 from server_app.results import RunRecorder
-from server_app.site_watch import SiteAwareController, in_words
+from server_app.site_watch import LATE_SITE_WAIT_S, SiteAwareController, in_words
+
+
+class RoundInterrupted(RuntimeError):
+    """The run was aborted (by the admin or by FLARE) during one of a masked round's secure-aggregation tasks."""
 
 
 class RoundWorkflow(SiteAwareController):
@@ -38,11 +53,15 @@ class RoundWorkflow(SiteAwareController):
     from the job's JSON) in their constructor and implement the hooks."""
 
     job: RoundJob
+    _sends = itertools.count(1)  # replaced per run: every send of a round opens a new secure-aggregation session
+    sent_params: Params = {}  # noqa: RUF012  # the global values the last training task sent (masked rounds)
+    _session = ""  # this send's secure-aggregation session
 
     # --- the loop -------------------------------------------------------------------------------------------------
 
     def run(self) -> None:
         torch.manual_seed(self.job.seed)
+        self._sends = itertools.count(1)
         self.setup()
         summary = self.job_summary()
         self.recorder = RunRecorder(Path(self.get_app_dir()), summary)
@@ -80,12 +99,21 @@ class RoundWorkflow(SiteAwareController):
         deadline = time.monotonic() + self.job.quorum_wait_s
         waited: dict[str, Any] = {}
         while True:
+            self._session = f"{self.fl_ctx.get_job_id()}/round-{round_index + 1}/send-{next(self._sends)}"
             results = self.send_round(round_index)
             if self.abort_signal.triggered:
                 self.stopped(f"round {round_index + 1}", results, round_index)
                 return None, waited
-            intake = take_updates(results, self.site_names(), self.update_check(round_index), self.error)
-            if len(intake.updates) >= self.job.min_clients:
+            try:
+                intake = self.take_round(round_index, results)
+            except RoundInterrupted:
+                self.stopped(f"round {round_index + 1}'s secure aggregation", results, round_index)
+                return None, waited
+            except SecureAggregationError as err:
+                self.fail(f"round {round_index + 1}: secure aggregation failed: {err}",
+                          failed_round={"round": round_index + 1, "secure_aggregation": str(err)})
+                return None, waited
+            if len(intake.contributors) >= self.job.min_clients:
                 return intake, waited
             outcomes = self.outcomes(intake)
             started = time.monotonic()
@@ -97,13 +125,44 @@ class RoundWorkflow(SiteAwareController):
                 return None, waited
             if not back:
                 gone = "; ".join(f"{site} gone {seconds:.0f} s" for site, seconds in waited.items())
-                self.fail(f"round {round_index + 1}: only {len(intake.updates)} valid updates, the job needs "
+                self.fail(f"round {round_index + 1}: only {len(intake.contributors)} valid updates, the job needs "
                           f"{self.job.min_clients}" + (f" (waited {self.job.quorum_wait_s:.0f} s: {gone})"
                                                        if waited else "") + f"; {in_words(outcomes)}",
                           failed_round={"round": round_index + 1, **intake.record(), "outcomes": outcomes,
                                         "waited_for_sites": waited})
                 return None, waited
             self.info(f"round {round_index + 1}: {back} back; sending the round again")
+
+    def take_round(self, round_index: int, results: list[FLModel]) -> RoundIntake:
+        """The round's intake: the sites' validated updates, or with `secure_aggregation` their masked sum."""
+        if not self.masked:
+            return take_updates(results, self.site_names(), self.update_check(round_index), self.error)
+        groups = WeightGroups.of(self.secure_groups(), self.sent_params)
+        return masked_intake(results, self.site_names(), self._session, self.job.min_clients, groups,
+                             self._send_secure, self.info, self.warning)
+
+    @property
+    def masked(self) -> bool:
+        """The job masks every update (its `secure_aggregation` parameter)."""
+        return isinstance(self.job, SecureWeightsParams) and self.job.secure_aggregation
+
+    def secure_meta(self, params: Params) -> dict[str, Any]:
+        """What the training task carries besides `params` (the global values it sends): with
+        `secure_aggregation`, this send's session and the groups of the masked vector; otherwise nothing."""
+        if not self.masked:
+            return {}
+        self.sent_params = params
+        return {messages.SESSION: self._session, GROUPS: [list(group) for group in self.secure_groups()]}
+
+    def _send_secure(self, task: str, data: FLModel, targets: list[str] | None) -> dict[str, FLModel]:
+        """One secure-aggregation task to `targets`; the answers by site. Waits for all of them, or for
+        `late_site_wait_s` once the threshold answered (a site FLARE deems dead ends it sooner)."""
+        threshold = int(data.meta.get(messages.THRESHOLD, 0)) or self.job.min_clients
+        results = self.broadcast_model(data=data, task_name=task, targets=targets, min_responses=threshold,
+                                       wait_time_after_min_received=LATE_SITE_WAIT_S)
+        if self.abort_signal.triggered:
+            raise RoundInterrupted(task)
+        return {site_name(r): r for r in results}
 
     def await_sites(self, missing: list[str], deadline: float) -> tuple[list[str], list[str]]:
         """The missing sites that came back before `deadline` (FLARE had deemed them disconnected and now hears their
@@ -166,6 +225,11 @@ class RoundWorkflow(SiteAwareController):
     @abstractmethod
     def model_to_save(self) -> Params:
         """The model a stopped or failed run keeps as global_model.pt."""
+
+    def secure_groups(self) -> list[list[str]]:
+        """With `secure_aggregation`: the groups of parameter names averaged together (each over the sites that
+        sent it), in the order the masked vector holds them; the default is one group, every parameter sent."""
+        return [list(self.sent_params)]
 
     def before_rounds(self) -> None:
         """A fresh run's first step (not taken on a resume)."""

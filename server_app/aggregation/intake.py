@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from nvflare.apis.fl_constant import FLMetaKey
 from nvflare.app_common.abstract.fl_model import FLModel
 
@@ -49,17 +50,51 @@ def matching(reference: Params) -> UpdateCheck:
 
 
 @dataclass(frozen=True)
+class MaskedSum:
+    """A masked round's result (`server_app.masked_round`): what the server learns instead of the sites' updates.
+
+    `means`: the sample-weighted mean difference of each parameter some site sent; `counts`: the samples behind each
+    group; `secure_aggregation`: who took part at each step of the protocol.
+    """
+
+    means: dict[str, np.ndarray]
+    counts: list[int]
+    survivors: list[str]
+    dropped: list[str]
+    secure_aggregation: dict[str, Any]
+
+    def applied_to(self, params: Params) -> Params:
+        """The new global parameters: each one some site sent moved by the mean difference, in its own dtype."""
+        return {name: (value.astype(np.float64) + self.means[name]).astype(value.dtype) if name in self.means
+                else value for name, value in params.items()}
+
+
+@dataclass(frozen=True)
 class RoundIntake:
-    """One round's answers: the valid updates in site-name order, their metrics and meta, and why others are absent."""
+    """One round's answers: the valid updates in site-name order, their metrics and meta, and why others are absent.
+
+    In a masked round (`masked` set) there are no updates: the sites' sum stands for them, and `contributors` are the
+    sites whose masked vectors it holds.
+    """
 
     updates: list[SiteUpdate]
     metrics: dict[str, dict[str, float]]
     meta: dict[str, dict[str, Any]]
     rejected: dict[str, str]
     no_result: list[str]
+    masked: MaskedSum | None = None
+
+    @property
+    def contributors(self) -> list[str]:
+        return self.masked.survivors if self.masked is not None else [u.site for u in self.updates]
 
     def record(self) -> dict[str, Any]:
         """The round's entry in results.json: every valid site's samples and metrics, and the missing sites."""
+        if self.masked is not None:
+            sites: dict[str, Any] = {site: {"metrics": self.metrics.get(site, {})} for site in self.masked.survivors}
+            return {"sites": sites, "rejected": self.rejected, "no_result": self.no_result,
+                    "num_samples": self.masked.counts[0] if len(self.masked.counts) == 1 else self.masked.counts,
+                    "secure_aggregation": self.masked.secure_aggregation}
         sites = {u.site: {"num_samples": int(u.num_samples), "metrics": self.metrics[u.site]} for u in self.updates}
         return {"sites": sites, "rejected": self.rejected, "no_result": self.no_result}
 
@@ -93,6 +128,10 @@ def site_outcomes(intake: RoundIntake, failed_sites: Iterable[str]) -> dict[str,
     """Each expected site's outcome in words, for results.json and the admin: what happened to its answer."""
     failed = set(failed_sites)
     outcomes = {u.site: "update accepted" for u in intake.updates}
+    if intake.masked is not None:
+        outcomes.update({site: "masked update summed" for site in intake.masked.survivors})
+        outcomes.update({site: "dropped after sharing its keys: its masks were removed with the other sites' shares "
+                               "and the round went on without it" for site in intake.masked.dropped})
     outcomes.update({site: f"update rejected: {reason}" for site, reason in intake.rejected.items()})
     outcomes.update({site: "its task failed at the site (see the site's job log)" if site in failed else
                      "no answer (the site's client or job process stopped, or it was too late)"

@@ -27,7 +27,11 @@ from nvflare.fuel.utils import fobs
 
 from fl_contract.device import describe_device, select_device
 from fl_contract.job_privacy import WEIGHTS, SitePrivacy
+from fl_contract.masked_weights import TASK_MASKED, TRAIN_TASK, SecureWeightsParams
+from fl_contract.secure_aggregation_messages import SESSION
 from site_agent.audit import RESULT_SENT, AuditLog
+from site_agent.masked_updates import TASKS as MASKING_TASKS
+from site_agent.masked_updates import MaskedUpdates
 from site_agent.policy import PolicyInForce
 from site_agent.site_config import CONFIG_FILE, SiteConfig
 
@@ -52,7 +56,8 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
 
     Every result that leaves is recorded in the site's audit log (bytes and sha256 of its serialised payload). A job
     with client-side DP is charged by the site for its declared rounds, so the task sends at most that many weight
-    updates, whatever the server asks.
+    updates, whatever the server asks. A job whose parameters say `secure_aggregation` never sends weights in the
+    clear: the `train` answer becomes the site's keys and the update leaves only masked (`site_agent.masked_updates`).
     """
 
     RELEASE: ClassVar[str] = WEIGHTS
@@ -63,6 +68,7 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
         self.seed = seed
         self._audit_notes: dict[str, str] = {}
         self._weight_updates_sent = 0
+        self._masked: MaskedUpdates | None = None
 
     def note_for_audit(self, **facts: str) -> None:
         """Facts about the result being built that the site's audit log keeps with it (never sent)."""
@@ -82,7 +88,10 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
         )
 
     def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+        masking = self._masking(fl_ctx)
         handler = getattr(self, f"task_{task_name}", None)
+        if masking is not None and task_name in MASKING_TASKS:
+            handler = lambda model, ctx: masking.answer(task_name, model)  # noqa: E731
         if handler is None:
             self.log_error(fl_ctx, f"{type(self).__name__} has no task {task_name!r}")
             return make_reply(ReturnCode.TASK_UNKNOWN)
@@ -91,8 +100,14 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
             ctx = self.site_context(fl_ctx, abort_signal)
             self.log_info(fl_ctx, f"task {task_name}: running on {describe_device(ctx.device)}")
             torch.manual_seed(self.seed)
-            result = handler(FLModelUtils.from_shareable(shareable), ctx)
-            self._count_dp_update(result, fl_ctx)
+            received = FLModelUtils.from_shareable(shareable)
+            result = handler(received, ctx)
+            if masking is not None and task_name == TRAIN_TASK:
+                result = masking.begin(received, result, ctx.workspace_dir)
+            if masking is None or task_name == TASK_MASKED:
+                self._count_dp_update(result, fl_ctx)
+            if masking is not None and task_name == TASK_MASKED:
+                self.note_for_audit(masked="secure aggregation", session=str(received.meta[SESSION]))
         except Exception as exc:  # the reason must reach the site's log and the admin, not vanish in a traceback
             self.log_exception(fl_ctx, f"task {task_name} failed at site {fl_ctx.get_identity_name()}: {exc}")
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
@@ -101,6 +116,13 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
         reply = FLModelUtils.to_shareable(result)
         self._audit_result(task_name, reply, fl_ctx)
         return reply
+
+    def _masking(self, fl_ctx: FLContext) -> MaskedUpdates | None:
+        """The site's masked rounds when the job's parameters (`self.job`, set by the kind's task) say so."""
+        job = getattr(self, "job", None)
+        if self._masked is None and isinstance(job, SecureWeightsParams) and job.secure_aggregation:
+            self._masked = MaskedUpdates(fl_ctx.get_identity_name(), job.update_l2_bound)
+        return self._masked
 
     def _count_dp_update(self, result: FLModel, fl_ctx: FLContext) -> None:
         """Refuse to send more DP weight updates than the rounds the job declared (and the site charged)."""

@@ -11,6 +11,7 @@ import torch
 from support import JOB_FILES, read_exported_job
 
 from federation_tools.simulate import simulate
+from fl_contract.masked_weights import QUANTUM
 from fl_contract.params import params_to_json
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
@@ -48,12 +49,16 @@ def test_exported_job_ships_no_code_and_records_parameters(tmp_path):
     assert client["path"] == "site_agent.tasks.fedavg_linear.LinearRegressionTask"
 
 
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("plain")
+    job_dir = export(build_job(KIND, FedAvgLinearParams()), root / "job")
+    return simulate(job_dir, root / "ws", SITES, _site_data(root / "data"))
+
+
 @pytest.mark.simulator
-def test_simulator_reproduces_reference_weights(tmp_path):
-    job_dir = export(build_job(KIND, FedAvgLinearParams()), tmp_path / "job")
-
-    run = simulate(job_dir, tmp_path / "ws", SITES, _site_data(tmp_path / "data"))
-
+def test_simulator_reproduces_reference_weights(plain_run):
+    run = plain_run
     assert not run.aborted(), run.server_log.read_text()[-3000:]
     results = _results(run)
     weights = {r["round"]: r["global_weights"]["weight"] for r in results["rounds"]}
@@ -80,3 +85,34 @@ def test_diverging_site_is_rejected_by_name_and_the_others_are_averaged(tmp_path
     assert "NaN or infinite" in first["rejected"]["site-2"]
     assert "update from site 'site-2' rejected" in run.server_log.read_text()
     assert np.isfinite(first["global_weights"]["weight"]).all()
+
+
+@pytest.mark.simulator
+def test_masked_rounds_give_the_plain_run_within_the_quantum_with_fresh_keys_every_round(plain_run, tmp_path):
+    """secure_aggregation on: every round's global model equals the plain run's to within the fixed-point quantum
+    (plus float32 rounding), the reference table holds to 3 decimals, and each site's audit log shows the four
+    tasks of a masked round, each round in a session of its own."""
+    params = FedAvgLinearParams(secure_aggregation=True, update_l2_bound=10.0)
+    job_dir = export(build_job(KIND, params), tmp_path / "job")
+
+    run = simulate(job_dir, tmp_path / "ws", SITES, _site_data(tmp_path / "data"))
+
+    assert not run.aborted(), run.server_log.read_text()[-3000:]
+    masked, plain = _results(run), _results(plain_run)
+    assert masked["status"] == "finished"
+    for ours, theirs in zip(masked["rounds"], plain["rounds"], strict=True):
+        for name, values in theirs["global_weights"].items():
+            np.testing.assert_allclose(ours["global_weights"][name], values, rtol=0, atol=QUANTUM + 1e-6)
+        assert ours["secure_aggregation"]["survivors"] == SITES
+        assert ours["num_samples"] == sum(s["num_samples"] for s in theirs["sites"].values())
+        assert all("num_samples" not in site for site in ours["sites"].values())  # no site's count in the clear
+        assert set(ours["outcomes"].values()) == {"masked update summed"}
+    weights = {r["round"]: r["global_weights"]["weight"] for r in masked["rounds"]}
+    for round_number, expected in REFERENCE.items():
+        assert weights[round_number] == pytest.approx(expected, abs=5e-4)
+    for site in SITES:
+        audit = run.workspace / site / "local" / "audit_log.jsonl"
+        sent = [json.loads(line) for line in audit.read_text().splitlines()]
+        assert [e["task"] for e in sent] == ["train", "shares", "masked_update", "unmask"] * params.num_rounds
+        sessions = [e["session"] for e in sent if e.get("masked") == "secure aggregation"]
+        assert len(set(sessions)) == params.num_rounds, sessions
