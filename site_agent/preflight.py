@@ -24,6 +24,7 @@ from site_agent.kit import (
     exchange_with_server,
     verify_certificate_chain,
 )
+from site_agent.link import LinkNotMeasured, job_models, mbit_s, measure_link, seconds
 from site_agent.policy import PolicyInForce
 from site_agent.site_config import SiteConfig, SiteConfigError
 from site_agent.site_guard import SITE_GUARD_PATH
@@ -34,6 +35,8 @@ if TYPE_CHECKING:  # torch takes seconds to import: the fast commands never load
 MIN_FREE_GIB = 2.0
 WARN_FREE_GIB = 20.0
 MIN_FREE_GPU_GIB = 4.0
+WARN_ROUND_TRANSFER_S = 120.0
+"""A round whose model transfer (to the site and back, at the measured upload rate) takes longer is warned about."""
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 _FIX_CONFIG = "edit the site configuration (docs/site-it-guide.md)"
@@ -101,6 +104,35 @@ def check_server(kit: SiteKit, timeout: float = 5.0) -> CheckResult:
                            "`site-agent start` waits for the site's registration and names a refusal")
     return CheckResult("server", OK, f"{where}: {kit.server_identity} accepted this site's certificate "
                        f"(answered {answer.reply} after mutual TLS)")
+
+
+def check_link(kit: SiteKit) -> CheckResult:
+    """Round trip and upload rate to the server after mutual TLS (site_agent.link), and how long a round's transfer
+    of each job kind's default model the site runs would take at that rate; warns above WARN_ROUND_TRANSFER_S."""
+    where = f"{kit.server_host}:{kit.server_port}"
+    try:
+        link = measure_link(kit)
+    except LinkNotMeasured as exc:
+        return CheckResult("link", WARN, f"{where}: not measured: {exc}",
+                           "provision with the default http scheme to have the link measured")
+    except (OSError, KitError) as exc:  # ssl.SSLError and TimeoutError are OSErrors; the server row says more
+        return CheckResult("link", FAIL, f"{where}: the link check failed: {exc or type(exc).__name__}",
+                           "see the server row; a link that drops a short exchange drops jobs' transfers too",
+                           transient=True)
+    site = PolicyInForce.read(kit.root / "local")
+    rounds = {kind: 2 * size for kind, size in
+              job_models(site.policy.allowed_job_kinds if site.policy else ()).items()}
+    times = {kind: link.transfer_s(size) for kind, size in rounds.items()}
+    detail = link.describe() + "".join(
+        f"; a {kind} round moves {rounds[kind] / 1e6:.0f} MB: ~{seconds(times[kind])}" for kind in sorted(rounds))
+    slow = sorted(kind for kind, seconds in times.items() if seconds > WARN_ROUND_TRANSFER_S)
+    if slow:
+        return CheckResult("link", WARN, detail,
+                           f"at {mbit_s(link.upload_bytes_per_s)} each round of {', '.join(slow)} spends more than "
+                           f"{WARN_ROUND_TRANSFER_S:.0f} s on the network; the site still takes part (the kits' "
+                           "timeouts allow slow links, docs/admin-guide.md#slow-links), but ask the network team for "
+                           "more upload bandwidth or a route that avoids the slow hop")
+    return CheckResult("link", OK, detail)
 
 
 def check_policy(kit: SiteKit) -> CheckResult:
@@ -281,7 +313,7 @@ def check_disk(kit: SiteKit) -> CheckResult:
 
 CHECKS: tuple[Callable[[SiteKit], CheckResult | list[CheckResult]], ...] = (
     check_certificate, check_private_key, check_file_modes, check_policy, check_privacy_policy, check_server,
-    check_data, check_device, check_disk
+    check_link, check_data, check_device, check_disk
 )
 
 
@@ -296,7 +328,7 @@ def run_checks(
     results = [CheckResult("startup kit", OK,
                            f"site {kit.site_name}, server {kit.server_host}:{kit.server_port}, agent {__version__}")]
     for check in CHECKS:
-        if skip_server and check is check_server:
+        if skip_server and check in (check_server, check_link):
             continue
         found = check_data(kit, deep, progress) if check is check_data else check(kit)
         results.extend(found if isinstance(found, list) else [found])
