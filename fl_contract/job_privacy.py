@@ -53,6 +53,11 @@ class SitePrivacy:
         """Client-side DP is on: the update is clipped and noised before it leaves the site."""
         return self.dp_clip_norm > 0 and self.dp_noise_multiplier > 0
 
+    @property
+    def masked(self) -> bool:
+        """What the site releases reaches the server only secure-aggregated (FedKT-CSD's statistics always are)."""
+        return self.secure_aggregation or self.release == DP_STATISTICS
+
     @classmethod
     def declare(cls, kind: str, release: str, params: Mapping[str, Any]) -> SitePrivacy:
         """The declaration of a job of `kind` whose site task sends `release`, from the job's parameters."""

@@ -52,8 +52,10 @@ class Ledger:
                 f"this site has spent epsilon {spent.epsilon:.4g}, delta {spent.delta:.3g} "
                 f"of its budget epsilon {policy.budget_epsilon}, delta {policy.budget_delta} over {spent.jobs} jobs")
 
-    def charge(self, job_id: str, kind: str, submitter: str, spend: Spend | None, policy: SitePolicy) -> str:
-        """Record the job's spend and return "", or return why it would exceed the budget (nothing recorded)."""
+    def charge(self, job_id: str, kind: str, submitter: str, spend: Spend | None, policy: SitePolicy,
+               masked: bool = False) -> str:
+        """Record the job's spend and whether what it releases is masked (secure aggregation), and return "", or
+        return why it would exceed the budget (nothing recorded)."""
         with self.journal.locked() as handle:
             reason = self.refusal(spend, policy)
             if reason:
@@ -61,7 +63,10 @@ class Ledger:
             self.journal.append({
                 "job_id": job_id, "job_kind": kind, "submitter": submitter,
                 "epsilon": spend.epsilon if spend else None, "delta": spend.delta if spend else None,
-                "basis": spend.basis if spend else "sends weights without client-side DP: no guarantee to count",
+                "basis": spend.basis if spend else (
+                    "sends masked weights without client-side DP: the server sees only the sites' sum; no "
+                    "guarantee to count" if masked else "sends weights without client-side DP: no guarantee to count"),
+                "secure_aggregation": masked,
             }, handle)
         return ""
 
@@ -71,11 +76,19 @@ def _totals(entries: list[dict[str, Any]]) -> Totals:
     return Totals(sum(e["epsilon"] for e in counted), sum(e["delta"] for e in counted), len(entries))
 
 
+def _masked(entry: dict[str, Any]) -> str:
+    """The MASKED column: whether the job's release reached the server only secure-aggregated ("-": not recorded,
+    an entry older than the column)."""
+    if "secure_aggregation" not in entry:
+        return "-"
+    return "yes" if entry["secure_aggregation"] else "no"
+
+
 def format_ledger(entries: list[dict[str, Any]], policy: SitePolicy | None) -> str:
     rows = [[e["time"], e["job_id"], e["job_kind"], e["submitter"],
              "-" if e["epsilon"] is None else f"{e['epsilon']:.4g}", "-" if e["delta"] is None else f"{e['delta']:.3g}",
-             e["basis"]] for e in entries]
-    lines = ([table(["TIME", "JOB", "KIND", "SUBMITTER", "EPSILON", "DELTA", "BASIS"], rows)] if rows
+             _masked(e), e["basis"]] for e in entries]
+    lines = ([table(["TIME", "JOB", "KIND", "SUBMITTER", "EPSILON", "DELTA", "MASKED", "BASIS"], rows)] if rows
              else ["no job charged yet"])
     totals = _totals(entries)
     spent = f"spent: epsilon {totals.epsilon:.4g}, delta {totals.delta:.3g} over {totals.jobs} jobs"

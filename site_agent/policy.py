@@ -55,8 +55,12 @@ class SitePolicy:
     min_dp_noise_multiplier: float = _field(
         0.0, "jobs that send weights must clip (dp_clip_norm > 0) and add noise with at least this multiplier; "
              "0: client-side DP not required (such jobs are then recorded with no guarantee)")
+    require_secure_aggregation: bool = _field(
+        False, "jobs that send weights must mask them (secure_aggregation: the server sees only the sum of the "
+               "sites' updates) among at least min_secure_aggregation_sites sites; false: plain weights allowed")
     max_release_epsilon: float = _field(10.0, "largest epsilon of one FedKT-CSD release")
-    min_secure_aggregation_sites: int = _field(3, "fewest sites in a secure aggregation (FedKT-CSD min_clients)")
+    min_secure_aggregation_sites: int = _field(3, "fewest sites in a secure aggregation (its min_clients; also the "
+                                                  "fewest masked vectors this site lets the server unmask)")
     budget_epsilon: float = _field(30.0, "total epsilon all jobs may spend at this site (the ledger's sum)")
     budget_delta: float = _field(1e-4, "total delta all jobs may spend at this site")
     records_dir: str = _field("", "folder of the privacy ledger and audit log; empty: the kit's local/ folder")
@@ -68,6 +72,7 @@ class SitePolicy:
         """One line for `site-agent check`."""
         dp = (f"weights need DP noise multiplier >= {self.min_dp_noise_multiplier}" if self.min_dp_noise_multiplier > 0
               else "weights without client-side DP allowed")
+        dp += "; weights must be masked" if self.require_secure_aggregation else "; plain weights allowed"
         commands = "; ".join(f"{c}: {', '.join(r) or 'nobody'}" for c, r in sorted(self.admin_command_roles.items()))
         return (f"kinds {', '.join(self.allowed_job_kinds) or 'none'}; "
                 f"submitters {', '.join(self.accepted_submitter_roles)}; "
@@ -108,6 +113,8 @@ def load_policy(local_dir: Path) -> SitePolicy:
             value = tuple(value) if ok else value
         elif isinstance(expected, str):
             ok = isinstance(value, str)
+        elif isinstance(expected, bool):
+            ok = isinstance(value, bool)
         else:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
         if not ok:
@@ -142,6 +149,8 @@ def _command_roles(path: Path, value: Any) -> dict[str, tuple[str, ...]]:
 def _kind_of(value: Any) -> str:
     if isinstance(value, tuple):
         return "a list of names"
+    if isinstance(value, bool):
+        return "true or false"
     return "a string" if isinstance(value, str) else "a number >= 0"
 
 
@@ -218,6 +227,13 @@ def privacy_refusal(policy: SitePolicy, privacy: SitePrivacy) -> str:
                 f"dp_noise_multiplier >= "
                 f"{policy.min_dp_noise_multiplier}); the job has dp_clip_norm={privacy.dp_clip_norm}, "
                 f"dp_noise_multiplier={privacy.dp_noise_multiplier}")
+    if privacy.release == WEIGHTS and policy.require_secure_aggregation:
+        if not privacy.secure_aggregation:
+            return ("this site sends weights only masked (require_secure_aggregation): submit the job with "
+                    "secure_aggregation and an update_l2_bound")
+        if privacy.min_clients < policy.min_secure_aggregation_sites:
+            return (f"this site joins secure aggregations of at least {policy.min_secure_aggregation_sites} sites; the "
+                    f"job needs only min_clients={privacy.min_clients}")
     if privacy.release == DP_STATISTICS:
         if privacy.epsilon is None or privacy.delta is None or privacy.epsilon > policy.max_release_epsilon:
             return (f"this site allows a release epsilon of at most {policy.max_release_epsilon}; the job declares "

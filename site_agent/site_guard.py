@@ -190,7 +190,7 @@ class SiteGuard(FLComponent):  # type: ignore[misc]  # FLARE ships no type infor
                     spend = job_spend(privacy)
                     reason = Ledger(site.records).charge(job_id, privacy.kind,
                                                          str(meta.get(JobMetaKey.SUBMITTER_NAME, "")),
-                                                         spend, site.policy)
+                                                         spend, site.policy, masked=privacy.masked)
         except ValueError as exc:
             reason = str(exc)
         audit = AuditLog(site.records)

@@ -18,6 +18,8 @@ from support import ADMIN, SUPER_ADMIN
 
 from jobs.admin import follow_job, submit_and_wait
 from jobs.common import build_job, export
+from jobs.fedavg_linear.spec import KIND as FEDAVG_LINEAR
+from jobs.fedavg_linear.spec import FedAvgLinearParams
 from jobs.fedkt_csd.spec import KIND as FEDKT_CSD
 from jobs.fedkt_csd.spec import FedKTCSDParams
 from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
@@ -246,6 +248,30 @@ def test_a_job_below_the_sites_dp_floor_is_refused_before_it_starts(running_fede
         assert [e["event"] for e in events] == ["job_seen", "job_refused"]
         assert not [e for e in Ledger(running_federation.federation.kit("site-1") / "local").entries()
                     if e["job_id"] == outcome.job_id]
+
+
+def test_a_site_requiring_masked_weights_refuses_plain_ones_and_records_the_masked_job(running_federation,
+                                                                                       fedavg_job_dir, tmp_path):
+    """require_secure_aggregation: the plain FedAvg job is refused at site-1 before it starts, naming the rule; the
+    same job with secure_aggregation runs (each round masked, the global model from the sum) and the site's ledger
+    and audit log say it was masked."""
+    masked = export(build_job(FEDAVG_LINEAR, FedAvgLinearParams(num_rounds=2, secure_aggregation=True,
+                                                                update_l2_bound=10.0)), tmp_path)
+    with site_policy(running_federation, "site-1", require_secure_aggregation=True, min_secure_aggregation_sites=3):
+        plain, secure = _submit(running_federation, fedavg_job_dir), _submit(running_federation, masked,
+                                                                             download=True)
+
+    assert not plain.completed
+    assert "this site sends weights only masked (require_secure_aggregation)" in plain.refusal()
+    assert secure.completed, secure.status
+    results = secure.results()
+    assert [r["secure_aggregation"]["survivors"] for r in results["rounds"]] == [["site-1", "site-2", "site-3"]] * 2
+    kit = running_federation.federation.kit("site-1") / "local"
+    charged = [e for e in Ledger(kit).entries() if e["job_id"] == secure.job_id]
+    assert [e["secure_aggregation"] for e in charged] == [True]
+    sent = [e for e in AuditLog(kit).entries(secure.job_id) if e["event"] == "result_sent"]
+    assert [e["task"] for e in sent] == ["train", "shares", "masked_update", "unmask"] * 2
+    assert all(e["masked"] == "secure aggregation" for e in sent if e["task"] == "masked_update")
 
 
 def test_a_job_over_the_sites_budget_is_refused_before_it_starts(running_federation, tmp_path):

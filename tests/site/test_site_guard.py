@@ -88,6 +88,32 @@ def test_release_over_the_epsilon_cap_or_with_too_few_sites_is_refused():
     assert "at least 4 sites; the job needs only min_clients=3" in job_refusal(POLICY, "lead", _release(min_clients=3))
 
 
+def test_a_site_requiring_secure_aggregation_refuses_plain_weights_and_masks_among_too_few():
+    policy = dataclasses.replace(POLICY, require_secure_aggregation=True)
+    masked = dataclasses.replace(_segmentation(), secure_aggregation=True, min_clients=4)
+
+    assert "sends weights only masked (require_secure_aggregation)" in job_refusal(policy, "lead", _segmentation())
+    assert job_refusal(policy, "lead", masked) == ""
+    assert "at least 4 sites; the job needs only min_clients=3" in job_refusal(
+        policy, "lead", dataclasses.replace(masked, min_clients=3))
+    assert job_refusal(POLICY, "lead", _segmentation()) == ""  # without the rule, plain weights are the site's choice
+    assert masked.masked and not _segmentation().masked and _release().masked
+
+
+def test_a_declaration_claiming_masks_the_job_does_not_have_is_refused_at_start():
+    claims = dataclasses.replace(_segmentation(), secure_aggregation=True)
+    assert "secure_aggregation=False (declared True)" in component_refusal(_segmentation_task(), claims, KIND_TASKS)
+    with pytest.raises(ValueError, match="not true or false"):
+        SitePrivacy.from_meta({"job_kind": "fedavg-linear", "site_privacy": {"release": WEIGHTS,
+                                                                             "secure_aggregation": 1}})
+
+
+def test_a_policy_file_with_a_non_boolean_rule_is_invalid(tmp_path):
+    (tmp_path / "site_policy.json").write_text(json.dumps({"require_secure_aggregation": "yes"}))
+    with pytest.raises(PolicyError, match="require_secure_aggregation is 'yes'; expected true or false"):
+        load_policy(tmp_path)
+
+
 def _segmentation_task(**params: object) -> dict[str, object]:
     """The site task component a brats-segmentation job builds, with the parameters `_segmentation` declares."""
     job = SegmentationParams(**{"dp_clip_norm": 1.0, "dp_noise_multiplier": 1.2, "num_rounds": 3, "min_clients": 1,
