@@ -10,15 +10,21 @@ a surviving site's self mask (its seed), never both for one site (`server_app.pr
 Masks are ChaCha20 keystreams (all-zero nonce; every key keys one stream) read as little-endian uint64 words and
 added modulo 2^64. Pair seeds are HKDF-SHA256 of the X25519 shared secret with `info` binding a label, the session
 and both site names (sorted, length-prefixed). In site-name order, site i adds mask(i, j) for j > i and subtracts
-it for j < i, so every pairwise mask appears once with each sign. Shamir sharing is pycryptodome's, over
-GF(2^128): a 32-byte secret is shared as its two 16-byte halves, and the holder of share x is the x-th site of
-the key exchange in name order (x from 1).
+it for j < i, so every pairwise mask appears once with each sign. Shamir sharing is in pycryptodome's field and
+form, GF(2^128), on numpy arrays (`fl_contract.shamir`; shares interchangeable with pycryptodome's `Shamir`): a
+32-byte secret is shared as its two 16-byte halves, and the holder of share x is the x-th of the secret's holders in
+name order (x from 1); the server rebuilds all secrets of a session in one batch.
+
+Who masks with whom (`fl_contract.masking_graph`): below `masking_graph.SPARSE_FROM` sites every pair of the key
+exchange, and a site's holders are all the sites; from there on SecAgg+'s sparse graph, each site with k = O(log n)
+neighbours chosen by public randomness of the session and the key exchange, its holders itself and those.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +36,9 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from fl_contract import masking_graph, shamir
 from fl_contract.fedkt_csd.wire import RING_DTYPE
+from fl_contract.masking_graph import MaskingGraph
 
 KEY_BYTES = 32  # X25519 keys, self-mask seeds and pair seeds
 SHARE_BYTES = 32  # one Shamir share of a 32-byte secret: the shares of its two 16-byte halves
@@ -38,6 +46,7 @@ _NONCE_BYTES = 12
 _MASK_LABEL = b"hospital-fl/secagg/pairwise-mask/v1"
 _SHARE_LABEL = b"hospital-fl/secagg/share-encryption/v1"
 _KEYS_LABEL = b"hospital-fl/secagg/advertised-keys/v1"
+STREAM_WORKERS = min(4, os.cpu_count() or 1)  # threads generating keystreams: ChaCha20 and numpy release the GIL
 
 
 class SecureAggregationError(ValueError):
@@ -91,15 +100,51 @@ def mask_stream(seed: bytes, length: int) -> np.ndarray:
     return np.frombuffer(encryptor.update(bytes(8 * length)), dtype=RING_DTYPE)
 
 
+def add_streams(total: np.ndarray, seeds: Sequence[tuple[bytes, bool]], workers: int = STREAM_WORKERS) -> None:
+    """Add in place, modulo 2^64, the keystream of each seed (True) or subtract it (False), on `workers` threads.
+
+    The result does not depend on the order (ring addition), so each thread sums its part of the seeds into its own
+    vector, writing each keystream into one reused buffer, and the parts are added at the end.
+    """
+    parts = [seeds[i::workers] for i in range(max(1, min(workers, len(seeds))))]
+
+    def part_sum(part: Sequence[tuple[bytes, bool]]) -> np.ndarray:
+        partial, zeros = np.zeros(total.size, dtype=RING_DTYPE), bytes(8 * total.size)
+        buffer = bytearray(8 * total.size + 64)
+        stream = np.frombuffer(buffer, dtype=RING_DTYPE, count=total.size)
+        for seed, add in part:
+            encryptor = Cipher(algorithms.ChaCha20(seed, bytes(16)), mode=None).encryptor()
+            encryptor.update_into(zeros, buffer)
+            (np.add if add else np.subtract)(partial, stream, out=partial)
+        return partial
+
+    if len(parts) == 1:
+        np.add(total, part_sum(parts[0]), out=total)
+        return
+    with ThreadPoolExecutor(len(parts)) as pool:
+        for partial in pool.map(part_sum, parts):
+            np.add(total, partial, out=total)
+
+
+def pairwise_seeds(private_key: X25519PrivateKey, site: str, peers: Mapping[str, bytes],
+                   session: str) -> list[tuple[bytes, bool]]:
+    """(seed, add) of the pairwise masks `site` applies with each of `peers` (name -> mask public key): added for a
+    peer after it in name order, subtracted for one before, so that the pair's two masks cancel."""
+    return [(pair_seed(private_key, peer_key, session, site, peer), site < peer) for peer, peer_key in peers.items()]
+
+
 def add_pairwise_masks(total: np.ndarray, private_key: X25519PrivateKey, site: str, peers: Mapping[str, bytes],
                        session: str) -> None:
     """Add in place, modulo 2^64, the pairwise masks `site` applies with each of `peers` (name -> mask public key).
 
     The same call cancels a dropped site's masks in the survivors' sum: each survivor applied the opposite sign.
     """
-    for peer, peer_key in peers.items():
-        mask = mask_stream(pair_seed(private_key, peer_key, session, site, peer), total.size)
-        (np.add if site < peer else np.subtract)(total, mask, out=total)
+    add_streams(total, pairwise_seeds(private_key, site, peers, session))
+
+
+def neighbourhoods(session: str, keys: Mapping[str, AdvertisedKeys]) -> MaskingGraph:
+    """The session's masking graph, from public randomness of the session and the key exchange."""
+    return masking_graph.build(session, {site: k.mask_key + k.share_key for site, k in keys.items()})
 
 
 def split_secret(secret: bytes, threshold: int, holders: Sequence[str]) -> dict[str, bytes]:
@@ -109,8 +154,7 @@ def split_secret(secret: bytes, threshold: int, holders: Sequence[str]) -> dict[
     if not 1 <= threshold <= len(holders) or list(holders) != sorted(set(holders)):
         raise ValueError(f"cannot share among {list(holders)} with threshold {threshold}: holders must be distinct, "
                          "in name order, and at least as many as the threshold")
-    low, high = (Shamir.split(threshold, len(holders), half) for half in (secret[:16], secret[16:]))
-    return {holder: lo + hi for holder, (_, lo), (_, hi) in zip(holders, low, high, strict=True)}
+    return dict(zip(holders, shamir.split([secret], threshold, len(holders))[0], strict=True))
 
 
 def combine_shares(shares: Mapping[str, bytes], holders: Sequence[str], threshold: int) -> bytes:
