@@ -59,12 +59,13 @@ class LoopbackFederation:
         self.python = python
         self.participants: dict[str, Participant] = {}
 
-    def _start(self, name: str, kit: Path, module: str, config: str, extra: list[str]) -> Participant:
+    def _start(self, name: str, kit: Path, module: str, config: str, extra: list[str],
+               prefix: tuple[str, ...] = ()) -> Participant:
         if name in self.participants and self.participants[name].process.poll() is None:
             raise RuntimeError(f"{name} is already running (pid {self.participants[name].process.pid})")
         log_path = kit / "process.log"
         log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")  # names local files
-        command = [self.python, "-u", "-m", module, "-m", str(kit), "-s", config, "--set", "secure_train=true",
+        command = [*prefix, self.python, "-u", "-m", module, "-m", str(kit), "-s", config, "--set", "secure_train=true",
                    f"org={_org_of(self.federation, name)}", "config_folder=config", *extra]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         # umask 077: the job workspaces, logs, storage and checkpoints FLARE writes are the owner's only
@@ -79,9 +80,11 @@ class LoopbackFederation:
         name = self.federation.server
         return self._start(name, self.federation.kit(name), SERVER_MODULE, "fed_server.json", [])
 
-    def start_site(self, name: str, kit: Path | None = None) -> Participant:
-        """Start a site from its kit (another kit may be given, e.g. to test a foreign certificate)."""
-        return self._start(name, kit or self.federation.kit(name), CLIENT_MODULE, "fed_client.json", [f"uid={name}"])
+    def start_site(self, name: str, kit: Path | None = None, prefix: tuple[str, ...] = ()) -> Participant:
+        """Start a site from its kit (another kit may be given, e.g. to test a foreign certificate); `prefix` runs
+        it through another command (`ip netns exec NS`: behind an emulated link, federation_tools.wan)."""
+        return self._start(name, kit or self.federation.kit(name), CLIENT_MODULE, "fed_client.json", [f"uid={name}"],
+                           prefix)
 
     def bring_up(self, admin: str) -> None:
         """Start the server and every site that is not running now (all at first; later, the ones killed), then

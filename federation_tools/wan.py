@@ -4,15 +4,17 @@ The link is a veth pair (site namespace <-> root namespace) whose two ends each 
 rate holds both ways; an outage sets the site's end down (packets are dropped, TCP connections survive as on a real
 outage). This kernel has no `netem`, so delay and loss are not emulated here.
 
-A loopback federation's server is named `localhost` and listens on 127.0.0.1, which a namespace cannot reach. The
-namespace's /etc/hosts (`/etc/netns/NAME/hosts`, which `ip netns exec` mounts) therefore names the root end of the
-veth `localhost`, and a relay in the root namespace listening there on the server's port passes each connection to
-127.0.0.1 unchanged: the site's kit, its mutual TLS and FLARE's own transport are untouched; the relay sits on the
-unshaped side. Needs root and iproute2 (`ip`, `tc`); `namespaces_unavailable()` says why not when they are missing.
+A loopback federation's server is named `localhost` and listens on 127.0.0.1, which a namespace cannot reach, and a
+site's own processes talk to each other on the namespace's 127.0.0.1, which must stay theirs. So two relays carry
+the server's port across the link, bytes unchanged: one listening on the namespace's 127.0.0.1:PORT (its socket made
+by a thread that joined the namespace, setns(2)) connects across the veth to the root end, where the other passes it
+to the server's 127.0.0.1:PORT. The site's kit, its mutual TLS and FLARE's own transport are untouched; both relays
+run in the caller's process. Needs root and iproute2 (`ip`, `tc`); `namespaces_unavailable()` says why not.
 """
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
 import shutil
@@ -24,7 +26,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_NETNS_ETC = Path("/etc/netns")
+_NETNS_RUN = Path("/run/netns")
+_CLONE_NEWNET = 0x40000000
 _counter = itertools.count()
 
 
@@ -116,10 +119,9 @@ class EmulatedLink:
             _ip("-n", self.name, "route", "add", "default", "via", self.root_address)
             if self.mbit:
                 self.set_rate(self.mbit)
-            etc = _NETNS_ETC / self.name
-            etc.mkdir(parents=True, exist_ok=True)
-            (etc / "hosts").write_text(f"{self.root_address} localhost\n")
-            self._relays = [_Relay((self.root_address, port), ("127.0.0.1", port)) for port in self.relay_ports]
+            for port in self.relay_ports:
+                self._relays.append(_Relay((self.root_address, port), ("127.0.0.1", port)))
+                self._relays.append(_Relay(("127.0.0.1", port), (self.root_address, port), namespace=self.name))
         except BaseException:
             self.__exit__()
             raise
@@ -130,19 +132,41 @@ class EmulatedLink:
             relay.close()
         _ip("link", "del", self.root_device, check=False)  # removes its peer too
         _ip("netns", "del", self.name, check=False)
-        shutil.rmtree(_NETNS_ETC / self.name, ignore_errors=True)
+
+
+def _join_namespace(name: str) -> None:
+    """Move the calling thread (only it) into the named network namespace: sockets it makes belong there."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(_NETNS_RUN / name) as handle:
+        if libc.setns(handle.fileno(), _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into network namespace {name} failed")
 
 
 class _Relay:
-    """Passes every TCP connection to `listen` on to `target`, bytes unchanged, both ways, one thread per direction."""
+    """Passes every TCP connection to `listen` on to `target`, bytes unchanged, both ways, one thread per direction.
+    With `namespace`, the listening socket and every connection to `target` are made inside that namespace."""
 
-    def __init__(self, listen: tuple[str, int], target: tuple[str, int]):
-        self.target = target
-        self.server = socket.create_server(listen, reuse_port=False)
+    def __init__(self, listen: tuple[str, int], target: tuple[str, int], namespace: str | None = None):
+        self.listen, self.target, self.namespace = listen, target, namespace
         self.closed = False
-        threading.Thread(target=self._accept, name=f"relay {listen}", daemon=True).start()
+        self.server: socket.socket | None = None
+        ready = threading.Event()
+        self.error: BaseException | None = None
+        threading.Thread(target=self._run, args=(ready,), name=f"relay {listen}", daemon=True).start()
+        ready.wait(10)
+        if self.server is None:
+            raise WanUnavailable(f"relay on {listen} ({namespace or 'root namespace'}) did not start: {self.error}")
 
-    def _accept(self) -> None:
+    def _run(self, ready: threading.Event) -> None:
+        try:
+            if self.namespace:
+                _join_namespace(self.namespace)
+            self.server = socket.create_server(self.listen)
+        except BaseException as exc:  # reported by __init__
+            self.error = exc
+            return
+        finally:
+            ready.set()
         while not self.closed:
             try:
                 client, _ = self.server.accept()
@@ -159,7 +183,8 @@ class _Relay:
 
     def close(self) -> None:
         self.closed = True
-        self.server.close()
+        if self.server is not None:
+            self.server.close()
 
 
 def _pump(source: socket.socket, sink: socket.socket) -> None:
