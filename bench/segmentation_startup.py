@@ -1,11 +1,14 @@
-"""Job start-up on the provisioned loopback federation: from `submit_job` to the first training step at a site.
+"""Job start-up on the provisioned loopback federation: where the time goes from `submit_job` to the first task.
 
-Provisions a fresh loopback federation (server, 3 sites, an admin) with synthetic glioma sites, submits the CPU demo
-segmentation job through the FLARE API, and reads the time of each site's first "training on ..." log line (written
-right before its first optimiser step, after FLARE deployed the job, started the site's job process, and the site
-read, validated and cached its cases and scored the initial model). Also reports the time to the job's end.
+Provisions a fresh loopback federation (server, 3 sites, an admin) with demo sites, submits one round of the CPU demo
+segmentation job (or, with `--kind fedavg-linear`, the linear reference job) through the FLARE API, and reads the
+phases from FLARE's own log lines: the server's scheduler picking the job up, each site's job process starting
+("Worker_process started"), its components built and its runner synced to the server ("client runner started"),
+the first task received ("got task assignment") and, for segmentation, the first training step ("training on ...",
+after the site read, validated and cached its cases and scored the received model); the server's job process
+likewise (its "Runner_process started" and first task scheduled). Also reports the time to the job's end.
 
-    .venv/bin/python bench/segmentation_startup.py [--workspace /tmp/seg-startup]
+    .venv/bin/python bench/segmentation_startup.py [--kind fedavg-linear] [--workspace /tmp/seg-startup]
 """
 
 from __future__ import annotations
@@ -14,31 +17,56 @@ import argparse
 import shutil
 import tempfile
 import time
+import zipfile
 from datetime import datetime
 from pathlib import Path
 
 from federation_tools.loopback import LoopbackFederation, free_port
 from jobs.admin import submit_and_wait
 from jobs.common import build_job, export
-from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, KIND, SegmentationParams
+from jobs.fedavg_linear.spec import KIND as LINEAR
+from jobs.fedavg_linear.spec import FedAvgLinearParams
+from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, SegmentationParams
+from jobs.segmentation.spec import KIND as SEGMENTATION
 from provisioning.provision import customise, load_template, provision
+from site_agent.data.linear_demo import write_linear_site
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.site_config import write_site_config
 
 ADMIN = "admin@bench.org"
 SITES = ["site-1", "site-2", "site-3"]
-MARK = "training on "
+SITE_PHASES = {"site job process started": "Worker_process started", "site components built, runner synced":
+               "client runner started", "first task at the site": "got task assignment",
+               "first training step (segmentation)": "training on "}
+SERVER_PHASES = {"server job process started": "Runner_process started", "server's first task scheduled":
+                 "scheduled task train"}
 
 
-def _first_training_step(log: Path) -> float:
-    for line in log.read_text(errors="replace").splitlines():
-        if MARK in line:
+def _stamp(lines: list[str], mark: str) -> float | None:
+    """The time of the first line containing `mark` (FLARE's log format), or None when no line has it."""
+    for line in lines:
+        if mark in line:
             return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    raise RuntimeError(f"{log}: no '{MARK}' line; did the job train?")
+    return None
+
+
+def _server_job_log(workspace: Path, job_id: str) -> list[str]:
+    """The server job process's log, from the job's workspace archive in the server's job storage."""
+    archive = next(workspace.glob(f"kits/**/storage/jobs/{job_id}/workspace"))
+    with zipfile.ZipFile(archive) as zipped:
+        return zipped.read("log.txt").decode(errors="replace").splitlines()
+
+
+def _site_data(kind: str, site: str, index: int, root: Path) -> dict[str, str]:
+    if kind == LINEAR.name:
+        return {"linear": str(write_linear_site(root / site, index).parent)}
+    write_brats_site(root / site, index, **CPU_DEMO_DATA)
+    return {"brats": str(root / site)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kind", choices=[SEGMENTATION.name, LINEAR.name], default=SEGMENTATION.name)
     parser.add_argument("--workspace", type=Path, help="kept afterwards when given (default: a temporary folder)")
     args = parser.parse_args()
     workspace = args.workspace or Path(tempfile.mkdtemp(prefix="seg-startup-"))
@@ -46,10 +74,10 @@ def main() -> None:
                         port=free_port())
     federation = provision(project, workspace / "kits")
     for index, site in enumerate(SITES, start=1):
-        write_brats_site(workspace / "data" / site, index, **CPU_DEMO_DATA)
-        write_site_config(federation.kit(site), {"brats": str(workspace / "data" / site)})
-    job_dir = export(build_job(KIND, SegmentationParams(num_rounds=1, local_epochs=1, min_clients=3, **CPU_DEMO)),
-                     workspace / "jobs")
+        write_site_config(federation.kit(site), _site_data(args.kind, site, index, workspace / "data"))
+    job = (build_job(LINEAR, FedAvgLinearParams(num_rounds=1)) if args.kind == LINEAR.name else
+           build_job(SEGMENTATION, SegmentationParams(num_rounds=1, local_epochs=1, min_clients=3, **CPU_DEMO)))
+    job_dir = export(job, workspace / "jobs")
     with LoopbackFederation(federation) as loopback:
         loopback.start_server()
         for site in SITES:
@@ -64,12 +92,20 @@ def main() -> None:
             session.close()
     if not outcome.completed:
         raise SystemExit(f"job ended {outcome.status}: {outcome.refusal()}")
-    starts = {site: _first_training_step(federation.kit(site) / outcome.job_id / "log.txt") - submitted
-              for site in SITES}
-    print("| measure | seconds |\n| --- | ---: |")
-    for site, seconds in starts.items():
-        print(f"| submit -> first training step, {site} | {seconds:.1f} |")
-    print(f"| submit -> job finished (1 round + final validation) | {finished - submitted:.1f} |")
+    server_log = (federation.kit(federation.server) / "log.txt").read_text(errors="replace").splitlines()
+    rows = {"server scheduler picks the job up": [_stamp(server_log, f"Got the job: {outcome.job_id}")]}
+    server_job = _server_job_log(workspace, outcome.job_id)
+    rows |= {name: [_stamp(server_job, mark)] for name, mark in SERVER_PHASES.items()}
+    site_logs = [(federation.kit(site) / outcome.job_id / "log.txt").read_text(errors="replace").splitlines()
+                 for site in SITES]
+    rows |= {name: [_stamp(log, mark) for log in site_logs] for name, mark in SITE_PHASES.items()}
+    print(f"{args.kind}, 1 round; seconds after submit_job\n\n| phase | {' | '.join(SITES)} |\n| --- |"
+          + " ---: |" * len(SITES))
+    for name, stamps in rows.items():
+        if any(stamp is not None for stamp in stamps):
+            cells = [f"{stamp - submitted:.1f}" if stamp is not None else "" for stamp in stamps]
+            print(f"| {name} | {' | '.join(cells + [''] * (len(SITES) - len(cells)))} |")
+    print(f"| job finished | {finished - submitted:.1f} | | |")
     if args.workspace is None:
         shutil.rmtree(workspace, ignore_errors=True)
 

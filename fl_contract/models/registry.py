@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
+from typing import cast
 
 import numpy as np
 import torch
 from torch import nn
-
-from fl_contract.models import classifiers, segmentation
 
 
 def _linear_regression(in_features: int = 2) -> nn.Module:
@@ -18,13 +18,15 @@ def _linear_regression(in_features: int = 2) -> nn.Module:
     return model
 
 
-_FACTORIES: dict[str, Callable[..., nn.Module]] = {
-    "linear_regression": _linear_regression,
-    "cnn5": classifiers.cnn5,
-    "cnn5_flat": classifiers.cnn5_flat,
-    "resnet10": classifiers.resnet10,
-    "segresnet": segmentation.segresnet,
+_FACTORIES: dict[str, tuple[str, str]] = {
+    "linear_regression": (__name__, "_linear_regression"),
+    "cnn5": ("fl_contract.models.classifiers", "cnn5"),
+    "cnn5_flat": ("fl_contract.models.classifiers", "cnn5_flat"),
+    "resnet10": ("fl_contract.models.classifiers", "resnet10"),
+    "segresnet": ("fl_contract.models.segmentation", "segresnet"),
 }
+"""Each model's factory as (module, function), imported when the model is first built: importing MONAI loads all of
+its submodules (about 3 CPU-seconds), which a job process whose model is not MONAI's (fedavg-linear) need not pay."""
 
 
 def model_names() -> list[str]:
@@ -34,7 +36,9 @@ def model_names() -> list[str]:
 def build_model(name: str, **kwargs: object) -> nn.Module:
     if name not in _FACTORIES:
         raise ValueError(f"unknown model {name!r}; known models: {model_names()}")
-    return _FACTORIES[name](**kwargs)
+    module, function = _FACTORIES[name]
+    factory = cast(Callable[..., nn.Module], getattr(importlib.import_module(module), function))
+    return factory(**kwargs)
 
 
 def state_dict_to_numpy(model: nn.Module) -> dict[str, np.ndarray]:
