@@ -47,6 +47,7 @@ _MASK_LABEL = b"hospital-fl/secagg/pairwise-mask/v1"
 _SHARE_LABEL = b"hospital-fl/secagg/share-encryption/v1"
 _KEYS_LABEL = b"hospital-fl/secagg/advertised-keys/v1"
 STREAM_WORKERS = min(4, os.cpu_count() or 1)  # threads generating keystreams: ChaCha20 and numpy release the GIL
+_THREADED_WORDS = 1 << 22  # keystream words (32 MB) from which the threads pay off
 
 
 class SecureAggregationError(ValueError):
@@ -106,6 +107,8 @@ def add_streams(total: np.ndarray, seeds: Sequence[tuple[bytes, bool]], workers:
     The result does not depend on the order (ring addition), so each thread sums its part of the seeds into its own
     vector, writing each keystream into one reused buffer, and the parts are added at the end.
     """
+    if len(seeds) * total.size < _THREADED_WORDS:
+        workers = 1  # starting threads would cost more than they save
     parts = [seeds[i::workers] for i in range(max(1, min(workers, len(seeds))))]
 
     def part_sum(part: Sequence[tuple[bytes, bool]]) -> np.ndarray:
