@@ -43,6 +43,9 @@ def _step(text: str) -> None:
 
 
 def run_demo(workspace: Path, job_names: list[str], port: int | None = None) -> int:
+    """`fl-demo`: the whole system as its three roles run it (the lead provisions, site IT writes data and runs the
+    preflight, an admin submits each job), on one machine and through the same commands, stopping at the first step that
+    fails."""
     workspace = Path(workspace).resolve()
     if workspace.exists():
         shutil.rmtree(workspace)

@@ -42,6 +42,8 @@ def _admin_username(kit: Path) -> str:
 
 
 def _submit(args: argparse.Namespace) -> int:
+    """`fl-job submit`: the job is built in a temporary folder and followed to its end; an unreachable server or a
+    timeout becomes one line saying where the server's address is configured, not a traceback."""
     from nvflare.fuel.flare_api.flare_api import new_secure_session
 
     from jobs.admin import submit_and_wait

@@ -104,6 +104,8 @@ class EmulatedLink:
             _ip("-n", self.name, "route", "replace", "default", "via", self.root_address)
 
     def __enter__(self) -> EmulatedLink:
+        """Builds the namespace, veth pair, addresses, rate limit and relays in turn; any failure undoes what was built
+        (__exit__), so a failed setup leaves no namespace or link behind on the host."""
         try:
             _ip("netns", "add", self.name)
         except subprocess.CalledProcessError as exc:
@@ -158,6 +160,8 @@ class _Relay:
             raise WanUnavailable(f"relay on {listen} ({namespace or 'root namespace'}) did not start: {self.error}")
 
     def _run(self, ready: threading.Event) -> None:
+        """Runs in its own thread so that only it joins the site's namespace; a failure to listen is handed to __init__,
+        a connection the target refuses is dropped, and each accepted one gets a pump per direction."""
         try:
             if self.namespace:
                 _join_namespace(self.namespace)

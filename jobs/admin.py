@@ -141,6 +141,9 @@ def follow_job(session: Session, job_id: str, timeout: float = 600.0, download: 
 def _follow(
     link: Reconnecting, job_id: str, timeout: float, say: Callable[[str], None]
 ) -> tuple[str, str, dict[str, Any]]:
+    """Polls the job's meta through a session that reconnects, so it rides out a server restart; says once why a waiting
+    job has not started, follows a job that recovery resumed under a new id, and aborts a job that runs past the timeout
+    rather than leave it running unattended."""
     last_status, last_wait = None, ""
     deadline = time.monotonic() + timeout
     while True:

@@ -24,6 +24,7 @@ import yaml
 
 from jobs.registry import server_allow_list, site_allow_list
 from provisioning.policy import (
+    COMM_CONFIG,
     DEFAULT_ACCEPTED_ROLES,
     SERVER_HEARTBEAT_TIMEOUT_S,
     authorization_policy,
@@ -119,6 +120,7 @@ def write_site_policy(kit: Path, accepted_roles: list[str], stream_logs: bool = 
     ]
     resources["components"] += [site_guard_component(), site_deployer_component()]
     _write_json(kit / "local" / "resources.json", resources)
+    _write_json(kit / "local" / "comm_config.json", COMM_CONFIG)
     _write_json(kit / "local" / "authorization.json", authorization_policy())
     write_policy(kit / "local", default_site_policy(accepted_roles))
 
@@ -140,6 +142,7 @@ def write_server_policy(kit: Path, storage: Path, participants: Participants) ->
     for server in resources.get("servers", []):
         server["heart_beat_timeout"] = SERVER_HEARTBEAT_TIMEOUT_S
     _write_json(kit / "local" / "resources.json", resources)
+    _write_json(kit / "local" / "comm_config.json", COMM_CONFIG)
     _write_json(kit / "local" / "authorization.json", authorization_policy())
     write_participants(kit / "local", participants)
 
@@ -219,6 +222,8 @@ def _parse_admins(values: list[str] | None) -> dict[str, str] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`fl-provision`: after writing the kits it says which kit goes to whom and that the root CA's key must leave this
+    machine, since that key signs every kit of the project."""
     parser = argparse.ArgumentParser(prog="fl-provision", description=__doc__.split("\n\n")[0])
     parser.add_argument("--project", type=Path, help="project.yml (default: the template in provisioning/project.yml)")
     parser.add_argument("--workspace", type=Path, required=True, help="where the kits are written (keep it private)")

@@ -39,6 +39,9 @@ class InferenceController(SiteAwareController):
         self.model_args = self.job.model_args()
 
     def run(self) -> None:
+        """One `infer` task and no rounds: the model is loaded and checked before any site is asked, so a wrong model
+        file fails at the server rather than at every site, and results.json says which sites answered and why the
+        others did not."""
         recorder = RunRecorder(Path(self.get_app_dir()), {"workflow": "inference", "model": self.model,
                                                           "model_args": self.model_args, "model_key": self.model_key,
                                                           "model_file": self.model_file,

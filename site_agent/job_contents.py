@@ -207,6 +207,8 @@ class SiteDeployer(AppDeployer):  # type: ignore[misc]  # FLARE ships no type in
 
     def deploy(self, workspace: Workspace, job_id: str, job_meta: dict[str, Any], app_name: str, app_data: bytes,
                fl_ctx: FLContext) -> str:
+        """Refuses at deploy, before FLARE unpacks the job, one that carries code or contradicts the site's policy, and
+        writes every decision to the site's audit log: FLARE's own logs at the site do not say why a job was refused."""
         local_dir = Path(workspace.get_site_config_dir())
         site = PolicyInForce.read(local_dir)
         spend = None

@@ -87,6 +87,8 @@ class PolicyError(ValueError):
 
 
 def load_policy(local_dir: Path) -> SitePolicy:
+    """The policy decides which jobs run, so a missing or malformed file, or an unknown or mistyped field, refuses every
+    job with the file and field named instead of falling back to defaults the site never chose."""
     path = Path(local_dir) / POLICY_FILE
     try:
         values = json.loads(path.read_text())

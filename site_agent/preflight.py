@@ -136,6 +136,9 @@ def check_link(kit: SiteKit) -> CheckResult:
 
 
 def check_policy(kit: SiteKit) -> CheckResult:
+    """The settings that keep submitted code out of the site (exact allow-list in enforce mode, the guard, the deployer,
+    no local/custom) live in files site IT can edit: a kit changed by hand loses them without any job failing, so the
+    preflight looks."""
     path = kit.root / "local" / "resources.json"
     if not path.is_file():
         return CheckResult("site policy", FAIL, f"{path} missing",
@@ -225,6 +228,8 @@ def check_data(kit: SiteKit, deep: bool = False, progress: DataProgress | None =
 
 def _check_dataset(config: SiteConfig, site_name: str, key: str, deep: bool,
                    progress: DataProgress | None) -> CheckResult:
+    """Reads each dataset folder the way a job will, so site IT finds a data problem before a job does; an empty folder
+    is only a warning, since brats-inference writes its output into one."""
     from site_agent.data.inspection import KNOWN_CONTENT, SERIES_KIND, inspect_folder  # torch, MONAI, pydicom: seconds
     from site_agent.data.reader import DataError
 

@@ -172,6 +172,9 @@ class SiteGuard(FLComponent):  # type: ignore[misc]  # FLARE ships no type infor
             self._refuse(fl_ctx, f"refused job {job_id}", reason)
 
     def _check_component(self, fl_ctx: FLContext) -> None:
+        """The check on what actually runs, in the job's own process before FLARE builds the site task: the task
+        built is held against the declared kind and privacy, the policy (it may have changed since deploy) is read
+        again, and the spend is charged to the ledger when the job starts, not when it was only deployed."""
         component = fl_ctx.get_prop(FLContextKey.COMPONENT_CONFIG)
         if not isinstance(component, dict) or class_path(component) not in self.kind_tasks.values():
             return  # only the site task reads data and sends results

@@ -49,6 +49,9 @@ def server_models(root: Path) -> dict[str, str]:
 
 
 def summary(outcome: JobOutcome) -> str:
+    """The demo's closing report: what the release cost in privacy (epsilon, noise per class, withheld classes) beside
+    what the synthetic set is worth (the classifier's scores at each site), so both sides of FedKT-CSD are read
+    together."""
     out = outcome.server_app_dir()
     results = json.loads((out / "results.json").read_text())
     manifest = json.loads((out / "manifest.json").read_text())

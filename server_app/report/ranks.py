@@ -39,6 +39,8 @@ class Ranking:
 
 
 def rank_metric(runs: Sequence[Run], metric: str, label: str, higher_is_better: bool) -> Ranking:
+    """Methods are ranked within each seed and only on seeds every method has (Friedman over all, Wilcoxon each against
+    the reference), so a seed that is hard for every method does not decide the comparison."""
     values: dict[str, dict[int, float]] = {}
     for run in runs:
         value = run_metrics(run, runs)[metric]

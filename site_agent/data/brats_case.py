@@ -168,6 +168,8 @@ def _read(path: Path) -> Image:
 
 
 def _read_label(path: Path, case_id: str, reference: Image, label_map: LabelMap | None) -> Image:
+    """A label is used as given, never resampled: one on another grid, or with values outside the job's label map, would
+    silently train the wrong regions, so each mismatch is refused with what to fix."""
     label = _read(path)
     if label.spatial_shape != reference.spatial_shape:
         raise DataError(

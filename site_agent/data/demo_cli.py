@@ -42,6 +42,8 @@ def _isic(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`site-agent demo-data`: each kind writes the synthetic data its job kind expects, so a site can rehearse a job
+    end to end before any patient data is involved."""
     parser = subparsers.add_parser("demo-data", help="make synthetic demo data for this site")
     kinds = parser.add_subparsers(dest="kind", required=True, metavar="KIND")
 

@@ -80,6 +80,8 @@ def write_dicom_series(
 
 
 def _slice_header(ids: SeriesIds, description: str, series_number: int, index: int) -> Dataset:
+    """A complete MR image header, as a scanner export would carry it, so the demo series go through the same reader
+    checks (identity, geometry, required attributes) as a PACS export rather than a shortcut."""
     sop_uid = generate_uid(entropy_srcs=[ids.series, str(index)])
     meta = FileMetaDataset()
     meta.MediaStorageSOPClassUID = MRImageStorage

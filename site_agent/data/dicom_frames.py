@@ -110,6 +110,8 @@ def _normalised(value: object) -> str | float:
 def _chosen_frames(
     path: Path, shared: Dataset, per_frame: list[Dataset], selection: FrameSelection | None
 ) -> list[int]:
+    """The agent reads one 3-D volume per series: a multi-frame file holding several (echoes, stacks, time points) is
+    refused unless `frames` picks one, rather than stacked into a volume that mixes them."""
     selection = dict(selection or {})
     unknown = sorted(set(selection) - set(DIMENSIONS))
     if unknown:

@@ -47,6 +47,8 @@ def _train_demo_autoencoder(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`site-agent fedkt`: the site can export and review exactly what a FedKT-CSD job would send before it accepts one,
+    and build the demo autoencoder without network access."""
     parser = subparsers.add_parser("fedkt", help="FedKT-CSD: export the site's statistics for review, demo autoencoder")
     commands = parser.add_subparsers(dest="fedkt_command", required=True, metavar="COMMAND")
 
