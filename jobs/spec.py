@@ -50,9 +50,9 @@ class JobKind(Generic[P]):
     (`fl_contract.job_params`), which they rebuild and validate; `extras` names the FLARE helpers a job adds.
     `site_classes` / `server_classes` list every further class its jobs may instantiate (FLARE's TensorBoard writer,
     ...) so the provisioned allow-lists admit exactly what the job kinds use. `dataset_keys` names the parameters
-    whose values are keys sites map to local folders in their `site_agent.json`; `server_model_keys` the same for
-    the server's `server_app.json`. `resumable`: its workflow checkpoints every round, so the server resumes it after
-    a restart. `demo` is "module:attribute" of the kind's demo entries (a list of DemoJob).
+    whose values are keys sites map to local folders in their `site_agent.json`. `resumable`: its workflow
+    checkpoints every round, so the server resumes it after a restart. `demo` is "module:attribute" of the kind's
+    demo entries (a list of DemoJob).
     """
 
     name: str
@@ -62,7 +62,6 @@ class JobKind(Generic[P]):
     site_task: str
     extras: Callable[[P], Extras] = no_extras
     dataset_keys: tuple[str, ...] = ()
-    server_model_keys: tuple[str, ...] = ()
     site_classes: tuple[str, ...] = ()
     server_classes: tuple[str, ...] = ()
     job_name: Callable[[P], str] | None = None

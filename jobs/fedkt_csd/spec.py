@@ -18,7 +18,6 @@ KIND = JobKind(
     controller="server_app.fedkt_csd.FedKTCSDController",
     site_task="site_agent.tasks.fedkt_csd.FedKTCSDTask",
     dataset_keys=("dataset", "autoencoder", "reviewed_statistics"),
-    server_model_keys=("autoencoder",),
     resumable=False,  # one-shot: its key exchange and masks cannot outlive the run
     demo="jobs.fedkt_csd.demo:DEMOS",
     guide="docs/fedkt-csd.md",

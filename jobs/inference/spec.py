@@ -19,7 +19,6 @@ KIND = JobKind(
     controller="server_app.inference.InferenceController",
     site_task="site_agent.tasks.inference.InferenceTask",
     dataset_keys=("dataset", "output"),
-    server_model_keys=("model",),
     resumable=False,  # one task: resubmit it
     guide="docs/segmentation.md",
 )
