@@ -11,7 +11,7 @@ update (shapes, finite values) ran at the sites; here it checks the sum (its len
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,17 +20,22 @@ from nvflare.app_common.abstract.fl_model import FLModel
 from fl_contract import secure_aggregation_messages as messages
 from fl_contract.masked_weights import TASK_MASKED, WeightGroups
 from fl_contract.secure_aggregation import AdvertisedKeys, SecureAggregationError
-from server_app.aggregation import RoundIntake, missing_sites, scalar_metrics, site_name
+from server_app.aggregation import RoundIntake, UpdateRejected, missing_sites, scalar_metrics, site_name
 from server_app.aggregation.intake import MaskedSum
 from server_app.privacy.secure_aggregation import SecureAggregation
 from server_app.privacy.secure_sum import Send, secure_sum
 
+MetaCheck = Callable[[str, Mapping[str, Any]], None]
+"""Raises UpdateRejected when what a site's training answer sends in the clear (its meta) is not acceptable."""
+
 
 def masked_intake(results: Sequence[FLModel], expected_sites: Iterable[str], session: str, min_sites: int,
-                  groups: WeightGroups, send: Send, log: Callable[[str], None],
-                  warn: Callable[[str], None]) -> RoundIntake:
+                  groups: WeightGroups, send: Send, log: Callable[[str], None], warn: Callable[[str], None],
+                  check: MetaCheck | None = None) -> RoundIntake:
     """The round's intake from the training answers (keys and metrics): with at least `min_sites` keys, the
-    secure sum of the sites' updates; with fewer, an intake without a sum (the round loop then waits for sites)."""
+    secure sum of the sites' updates; with fewer, an intake without a sum (the round loop then waits for sites).
+    `check` judges what an answer sends in the clear besides its keys (a PLayer-FL curve): a site it rejects is
+    left out of the key exchange, so nothing of it enters the sum."""
     keys: dict[str, AdvertisedKeys] = {}
     metrics: dict[str, dict[str, float]] = {}
     meta: dict[str, dict[str, Any]] = {}
@@ -42,6 +47,14 @@ def masked_intake(results: Sequence[FLModel], expected_sites: Iterable[str], ses
             keys[site] = messages.read_keys(result.params or {})
         except (KeyError, ValueError, TypeError):
             rejected[site] = "its answer holds no secure-aggregation keys (is it running this job's site agent?)"
+            continue
+        try:
+            if check is not None:
+                check(site, result.meta or {})
+        except UpdateRejected as exc:
+            del keys[site]
+            warn(str(exc))
+            rejected[site] = exc.reason
             continue
         metrics[site], meta[site] = scalar_metrics(result), dict(result.meta or {})
     no_result = missing_sites(expected_sites, {site_name(r) for r in answered})
@@ -58,6 +71,6 @@ def masked_intake(results: Sequence[FLModel], expected_sites: Iterable[str], ses
     if bad or not any(counts):
         raise SecureAggregationError(f"the unmasked sum of session {session} is not a valid update (non-finite "
                                      f"{bad[:5]}, counts {counts}); the round is not applied")
-    summed = MaskedSum(means, counts, secagg.survivors, secagg.dropped, secagg.summary())
+    summed = MaskedSum(means, counts, secagg.survivors, secagg.dropped, {"session": session, **secagg.summary()})
     return RoundIntake([], {s: metrics[s] for s in secagg.survivors}, {s: meta[s] for s in secagg.survivors},
                        rejected, no_result, summed)

@@ -32,6 +32,7 @@ from server_app.aggregation import (
     site_name,
 )
 from server_app.checkpoint import Resumed
+from server_app.masked_round import MetaCheck
 from server_app.metrics import WEIGHT, federation_summary
 from server_app.playerfl_split import SPLIT_RULES, SplitInputs
 from server_app.round_workflow import RoundWorkflow
@@ -83,12 +84,27 @@ class PLayerFLController(RoundWorkflow):
         if self._contract.chooses_split(round_index):
             curves = {site: meta[protocol.SENSITIVITY] for site, meta in intake.meta.items()
                       if protocol.SENSITIVITY in meta}
-            entry["split"] = self._split(curves, {u.site: u.num_samples for u in intake.updates}, self.layers)
+            weights = {site: int(curve[protocol.CURVE_SAMPLES]) for site, curve in curves.items()}
+            entry["split"] = self._split(curves, weights, self.layers)
             self.shared = entry["split"]["federated_layers"]
-        self.global_params.update(aggregate_layers(intake.updates, self.layers[:self.shared], self.global_params))
+        if intake.masked is not None:  # the masked sum of the layers sent, each over the sites that sent it
+            moved = intake.masked.applied_to(self.global_params)
+            self.global_params.update({k: moved[k] for k in prefix_keys(self.layers, self.shared)})
+        else:
+            self.global_params.update(aggregate_layers(intake.updates, self.layers[:self.shared], self.global_params))
         for update in intake.updates:
             entry["sites"][update.site]["sent_layers"] = [layer.name for layer in self.layers
                                                           if layer.keys[0] in update.params]
+
+    def secure_groups(self) -> list[list[str]]:
+        """One group per federated layer: a layer is averaged over the sites that sent it (FedLP sends some)."""
+        return [list(layer.keys) for layer in self.layers[:self.shared]]
+
+    def masked_answer_check(self, round_index: int) -> MetaCheck | None:
+        """In the rounds a curve is due, the curve each site sends in the clear beside its keys."""
+        if not self._contract.sends_sensitivity(round_index):
+            return None
+        return lambda site, meta: check_curve(site, meta.get(protocol.SENSITIVITY), self.layers)
 
     def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, Params]]:
         return {"shared": self.shared}, {"global": self.global_params}
@@ -121,7 +137,8 @@ class PLayerFLController(RoundWorkflow):
               round_index: int) -> list[FLModel]:
         """Send the first `shared` layers' global values with the method's name to every site; wait for all."""
         params = {k: global_params[k] for k in prefix_keys(layers, shared)}
-        meta = {protocol.METHOD: self.job.method, protocol.SHARED_LAYERS: shared}
+        meta = {protocol.METHOD: self.job.method, protocol.SHARED_LAYERS: shared,
+                **(self.secure_meta(params) if task == protocol.TRAIN_TASK else {})}
         message = FLModel(params=params, params_type=ParamsType.FULL, current_round=round_index,
                           total_rounds=self.job.num_rounds, meta=meta)
         results: list[FLModel] = self.send_model_and_wait(task_name=task, data=message)
@@ -149,7 +166,8 @@ class PLayerFLController(RoundWorkflow):
         return {"workflow": "playerfl", "method": job.method, "model": job.model, "model_args": self.model_args,
                 "num_rounds": job.num_rounds, "threshold": job.threshold,
                 "curve_normalisation": job.curve_normalisation, "playerfl_split": job.playerfl_split,
-                "seed": job.seed, "layers": [layer.name for layer in self.layers]}
+                "seed": job.seed, "layers": [layer.name for layer in self.layers],
+                "secure_aggregation": job.secure_aggregation, "update_l2_bound": job.update_l2_bound}
 
 
 def check_layers(update: SiteUpdate, global_params: Params, shared: list[Layer], partial: bool) -> None:
@@ -175,6 +193,10 @@ def check_curve(site: str, curve: object, layers: list[Layer]) -> None:
     values = np.asarray(curve.get("cumulative"), dtype=np.float64)
     if values.shape != (len(names),) or not np.all(np.isfinite(values)) or np.any(np.diff(values) < 0) or values[0] < 0:
         raise UpdateRejected(site, "its sensitivity curve is not a finite, non-negative, non-decreasing sequence")
+    samples = curve.get(protocol.CURVE_SAMPLES)
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples <= 0:
+        raise UpdateRejected(site, f"its sensitivity curve carries {samples!r} as its number of training samples, "
+                                   "not a positive integer")
 
 
 def aggregate_layers(updates: list[SiteUpdate], layers: list[Layer], global_params: Params) -> Params:

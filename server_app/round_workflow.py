@@ -39,7 +39,7 @@ from fl_contract.masked_weights import GROUPS, SecureWeightsParams, WeightGroups
 from fl_contract.secure_aggregation import SecureAggregationError
 from server_app.aggregation import Params, RoundIntake, UpdateCheck, site_name, site_outcomes, take_updates
 from server_app.checkpoint import Resumed, ResumeRefused, RunCheckpoint, workflow_checkpoint
-from server_app.masked_round import masked_intake
+from server_app.masked_round import MetaCheck, masked_intake
 from server_app.results import RunRecorder
 from server_app.site_watch import LATE_SITE_WAIT_S, SiteAwareController, in_words
 
@@ -60,6 +60,9 @@ class RoundWorkflow(SiteAwareController):
     # --- the loop -------------------------------------------------------------------------------------------------
 
     def run(self) -> None:
+        """The rounds every round-based kind shares, written once: resume from the checkpoint or start afresh, then
+        each round send, take the updates (waiting for a quorum), record every site's outcome, aggregate and
+        checkpoint; the kinds differ only in the hooks (setup, before_rounds, restore, aggregate, finish_run)."""
         torch.manual_seed(self.job.seed)
         self._sends = itertools.count(1)
         self.setup()
@@ -139,7 +142,7 @@ class RoundWorkflow(SiteAwareController):
             return take_updates(results, self.site_names(), self.update_check(round_index), self.error)
         groups = WeightGroups.of(self.secure_groups(), self.sent_params)
         return masked_intake(results, self.site_names(), self._session, self.job.min_clients, groups,
-                             self._send_secure, self.info, self.warning)
+                             self._send_secure, self.info, self.warning, self.masked_answer_check(round_index))
 
     @property
     def masked(self) -> bool:
@@ -231,6 +234,10 @@ class RoundWorkflow(SiteAwareController):
         sent it), in the order the masked vector holds them; the default is one group, every parameter sent."""
         return [list(self.sent_params)]
 
+    def masked_answer_check(self, round_index: int) -> MetaCheck | None:
+        """With `secure_aggregation`: the rule for what a training answer sends in the clear besides its keys."""
+        return None
+
     def before_rounds(self) -> None:
         """A fresh run's first step (not taken on a resume)."""
 
@@ -244,12 +251,9 @@ class RoundWorkflow(SiteAwareController):
 
     def outcomes(self, intake: RoundIntake) -> dict[str, str]:
         """Each site's outcome this round; a silent site's says what the server heard about it."""
-        outcomes = site_outcomes(intake, self.failed_sites())
-        heard = self.site_reasons()
-        for site in intake.no_result:
-            if site in heard and site not in self.failed_sites():
-                outcomes[site] = f"no answer: {heard[site]}"
-        return outcomes
+        failed = self.failed_sites()
+        outcomes = {**site_outcomes(intake, failed), **self.quiet_outcomes(set(intake.no_result) - failed)}
+        return dict(sorted(outcomes.items()))
 
     def stopped(self, where: str, results: list[FLModel] | None = None, round_index: int | None = None) -> None:
         """The run was aborted during `where`: by the admin ("aborted"), or by FLARE for too few live sites

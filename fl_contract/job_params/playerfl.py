@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from fl_contract.classes import PLAYERFL_CLASSES
-from fl_contract.params import RoundParams, param
+from fl_contract.masked_weights import SecureWeightsParams
+from fl_contract.params import ParameterError, RoundParams, param
 from fl_contract.playerfl.protocol import METHODS, NORMALISATIONS
 
 
 @dataclass(frozen=True)
-class PLayerFLParams(RoundParams):
+class PLayerFLParams(SecureWeightsParams, RoundParams):
     method: str = param("playerfl", "PLayer-FL or a baseline", choices=METHODS)
     num_rounds: int = param(50, "federation rounds, one local pass of local_epochs each (reference: 50-60)", low=1)
     model: str = param("cnn5", "cnn5 (the paper's ISIC CNN: 5 convolutions, global pooling, 2 linear layers) or "
@@ -44,6 +45,10 @@ class PLayerFLParams(RoundParams):
     dataset: str = param("isic", "dataset key sites map to their ISIC folder in site_agent.json")
     seed: int = param(0, "initial weights, data split, shuffling, augmentation, FedLP draws, PLayer-FL-Random's split")
 
+    def check(self) -> None:
+        super().check()
+        if self.secure_aggregation and self.method == "local":
+            raise ParameterError("method='local' shares no weights: secure_aggregation has nothing to mask")
 
     def model_arguments(self) -> dict[str, Any]:
         """The classifier's arguments: four classes, then the job's own."""

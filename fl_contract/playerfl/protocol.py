@@ -17,6 +17,7 @@ NORMALISATIONS = ("total", "first_layer")
 """How each site's cumulative sensitivity curve is normalised before the server averages the sites' curves."""
 
 TRAIN_TASK = "train"
+CURVE_SAMPLES = "num_samples"  # in a sensitivity curve: the training samples that weight it in the mean
 EVALUATE_TASK = "evaluate"
 
 METHOD = "playerfl_method"

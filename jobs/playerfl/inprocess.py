@@ -29,8 +29,6 @@ from server_app.results import RESULTS_FILE
 from site_agent.site_config import SiteConfig
 from site_agent.tasks.executor import SiteContext
 
-TASK_PREFIX = "task_"
-
 
 class JobFailed(RuntimeError):
     """The controller stopped the job (FLARE's panic); the message is its reason."""
@@ -82,11 +80,12 @@ def run_in_process(params: PLayerFLParams, sites: Mapping[str, Path], workspace:
     tasks = {site: KIND.site_task_component(params).instantiate() for site in names}
     app_dir = workspace / "server" / "app_server"
 
-    def send_model_and_wait(task_name: str = "train", data: FLModel | None = None, **_: Any) -> list[FLModel]:
+    def send_model_and_wait(task_name: str = "train", data: FLModel | None = None, targets: list[str] | None = None,
+                            **_: Any) -> list[FLModel]:
         results = []
-        for site in names:
+        for site in targets or names:
             torch.manual_seed(tasks[site].seed)  # as FLARE's executor does before every task
-            result: FLModel = getattr(tasks[site], TASK_PREFIX + task_name)(copy.deepcopy(data), contexts[site])
+            result: FLModel = tasks[site].answer(task_name, copy.deepcopy(data), contexts[site])
             result.meta = {**(result.meta or {}), "client_name": site}
             results.append(result)
         return results
@@ -97,6 +96,7 @@ def run_in_process(params: PLayerFLParams, sites: Mapping[str, Path], workspace:
     component = KIND.controller_component(params)
     controller = import_class(component.path)(**component.args)
     controller.send_model_and_wait = send_model_and_wait
+    controller.broadcast_model = send_model_and_wait  # the masked rounds' secure-aggregation tasks
     controller.panic = panic
     controller.get_app_dir = lambda: str(app_dir)
     controller.engine = _Engine(names, workspace)

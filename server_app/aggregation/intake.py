@@ -132,6 +132,10 @@ def site_outcomes(intake: RoundIntake, failed_sites: Iterable[str]) -> dict[str,
         outcomes.update({site: "masked update summed" for site in intake.masked.survivors})
         outcomes.update({site: "dropped after sharing its keys: its masks were removed with the other sites' shares "
                                "and the round went on without it" for site in intake.masked.dropped})
+        shared = set(intake.masked.secure_aggregation.get("shared", []))
+        outcomes.update({site: "sent its keys, then no shares: left out before any mask was applied; the round went "
+                               "on without it" for site in intake.masked.secure_aggregation.get("key_exchange", [])
+                         if site not in shared})
     outcomes.update({site: f"update rejected: {reason}" for site, reason in intake.rejected.items()})
     outcomes.update({site: "its task failed at the site (see the site's job log)" if site in failed else
                      "no answer (the site's client or job process stopped, or it was too late)"

@@ -88,11 +88,7 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
         )
 
     def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
-        masking = self._masking(fl_ctx)
-        handler = getattr(self, f"task_{task_name}", None)
-        if masking is not None and task_name in MASKING_TASKS:
-            handler = lambda model, ctx: masking.answer(task_name, model)  # noqa: E731
-        if handler is None:
+        if not self.has_task(task_name):
             self.log_error(fl_ctx, f"{type(self).__name__} has no task {task_name!r}")
             return make_reply(ReturnCode.TASK_UNKNOWN)
         self._audit_notes = {}
@@ -100,14 +96,9 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
             ctx = self.site_context(fl_ctx, abort_signal)
             self.log_info(fl_ctx, f"task {task_name}: running on {describe_device(ctx.device)}")
             torch.manual_seed(self.seed)
-            received = FLModelUtils.from_shareable(shareable)
-            result = handler(received, ctx)
-            if masking is not None and task_name == TRAIN_TASK:
-                result = masking.begin(received, result, ctx.workspace_dir)
-            if masking is None or task_name == TASK_MASKED:
+            result = self.answer(task_name, FLModelUtils.from_shareable(shareable), ctx)
+            if self._masking(ctx.site_name) is None or task_name == TASK_MASKED:
                 self._count_dp_update(result, fl_ctx)
-            if masking is not None and task_name == TASK_MASKED:
-                self.note_for_audit(masked="secure aggregation", session=str(received.meta[SESSION]))
         except Exception as exc:  # the reason must reach the site's log and the admin, not vanish in a traceback
             self.log_exception(fl_ctx, f"task {task_name} failed at site {fl_ctx.get_identity_name()}: {exc}")
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
@@ -117,11 +108,29 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
         self._audit_result(task_name, reply, fl_ctx)
         return reply
 
-    def _masking(self, fl_ctx: FLContext) -> MaskedUpdates | None:
+    def has_task(self, task_name: str) -> bool:
+        """The task is this kind's (`task_<name>`), or one of a masked round's later steps when the job masks."""
+        masked = isinstance(getattr(self, "job", None), SecureWeightsParams) and self.job.secure_aggregation
+        return hasattr(self, f"task_{task_name}") or (masked and task_name in MASKING_TASKS)
+
+    def answer(self, task_name: str, received: FLModel, ctx: SiteContext) -> FLModel:
+        """What the site sends for `task_name`: the kind's own answer, except that with `secure_aggregation` the
+        training answer becomes the site's keys and the masked round's later tasks are answered here."""
+        masking = self._masking(ctx.site_name)
+        if masking is not None and task_name in MASKING_TASKS:
+            if task_name == TASK_MASKED:
+                self.note_for_audit(masked="secure aggregation", session=str(received.meta[SESSION]))
+            return masking.answer(task_name, received)
+        trained: FLModel = getattr(self, f"task_{task_name}")(received, ctx)
+        if masking is not None and task_name == TRAIN_TASK:
+            return masking.begin(received, trained, ctx.workspace_dir)
+        return trained
+
+    def _masking(self, site: str) -> MaskedUpdates | None:
         """The site's masked rounds when the job's parameters (`self.job`, set by the kind's task) say so."""
         job = getattr(self, "job", None)
         if self._masked is None and isinstance(job, SecureWeightsParams) and job.secure_aggregation:
-            self._masked = MaskedUpdates(fl_ctx.get_identity_name(), job.update_l2_bound)
+            self._masked = MaskedUpdates(site, job.update_l2_bound)
         return self._masked
 
     def _count_dp_update(self, result: FLModel, fl_ctx: FLContext) -> None:

@@ -82,6 +82,9 @@ class PLayerFLTask(TrackedTask):
     # ---- tasks -------------------------------------------------------------------------------------------------
 
     def task_train(self, model: FLModel, ctx: SiteContext) -> FLModel:
+        """One PLayer-FL round at the site: score the received model, train by the method's strategy, keep the whole
+        model as the site's own state, and send only the shared layers (with the sensitivity curve in the round the
+        method owes it): the personal layers never leave the site."""
         site, state, net = self._prepare(model, ctx)
         round_number = int(model.current_round or 0)
         trainer = self._trainer(site, state, round_number, ctx.device)
@@ -93,7 +96,9 @@ class PLayerFLTask(TrackedTask):
         if self._strategy.contract.sends_sensitivity(round_number):
             if local.sensitivity is None:
                 raise RuntimeError(f"method {self.job.method} owes its sensitivity curve in round {round_number + 1}")
-            meta[protocol.SENSITIVITY] = local.sensitivity.to_meta()
+            # the curve's weight in the federation's mean travels with it: with secure_aggregation the sample
+            # count above leaves only masked
+            meta[protocol.SENSITIVITY] = {**local.sensitivity.to_meta(), protocol.CURVE_SAMPLES: len(site.train)}
         state.model = net.state_dict()
         save_state(state, site.state_folder, round_number)
         self.track(metrics, round_number)

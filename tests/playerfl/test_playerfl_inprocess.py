@@ -3,9 +3,12 @@ site uploads per round, and the random split fixed before round 1 apart from PLa
 
 import json
 
+import numpy as np
 import pytest
+import torch
 
 from federation_tools.playerfl_compare import write_demo_sites
+from fl_contract.params import ParameterError
 from jobs.playerfl.inprocess import JobFailed, run_in_process
 from jobs.playerfl.spec import PLayerFLParams
 
@@ -42,3 +45,27 @@ def test_playerfl_never_uploads_its_last_layer_and_random_draws_another_split_be
 def test_a_failing_job_raises_the_controllers_reason(sites, tmp_path):
     with pytest.raises(JobFailed, match="needs 4"):
         _run("fedavg", sites, tmp_path, min_clients=4)
+
+
+@pytest.mark.parametrize("method", ["playerfl", "fedlp"])
+def test_masked_rounds_give_the_plain_runs_split_and_model(sites, tmp_path, method):
+    """secure_aggregation on: the same split from the same curves (sent in the clear, weighted by the counts they
+    carry), and per layer the same sample-weighted mean over the sites that sent it (FedLP drops some layers), so
+    the federated model equals the plain run's within float32 rounding of the fixed point's quantum."""
+    plain = _run(method, sites, tmp_path / "plain")
+    masked = _run(method, sites, tmp_path / "masked", secure_aggregation=True, update_l2_bound=100.0)
+
+    assert masked["status"] == "finished" and masked["federated_layers"] == plain["federated_layers"]
+    assert [r.get("split", {}).get("federated_layers") for r in masked["rounds"]] == \
+        [r.get("split", {}).get("federated_layers") for r in plain["rounds"]]
+    assert all(r["secure_aggregation"]["survivors"] == sorted(sites) for r in masked["rounds"])
+    ours = torch.load(tmp_path / "masked" / "server" / "app_server" / "global_model.pt", weights_only=True)
+    theirs = torch.load(tmp_path / "plain" / "server" / "app_server" / "global_model.pt", weights_only=True)
+    assert ours.keys() == theirs.keys()
+    for name, value in theirs.items():
+        np.testing.assert_allclose(ours[name].numpy(), value.numpy(), rtol=0, atol=1e-5, err_msg=name)
+
+
+def test_local_training_has_nothing_to_mask():
+    with pytest.raises(ParameterError, match="shares no weights"):
+        PLayerFLParams(method="local", secure_aggregation=True, update_l2_bound=1.0)
