@@ -13,9 +13,13 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jobs.cli_options import add_parameter_options, params_from_args
 from jobs.registry import job_kind, kinds
+
+if TYPE_CHECKING:
+    from jobs.admin import JobOutcome
 
 
 def _build(args: argparse.Namespace, out_dir: Path) -> Path:
@@ -61,11 +65,22 @@ def _submit(args: argparse.Namespace) -> int:
             print(f"fl-job submit: {exc} (the server's address is in {kit / 'startup' / 'fed_admin.json'})",
                   file=sys.stderr)
             return 1
+    _print_transfers(outcome)
     if not outcome.completed:
         print(f"job {outcome.job_id} ended {outcome.status}: {outcome.refusal()}", file=sys.stderr)
         return 1
     print(f"results of job {outcome.job_id}: {outcome.result_dir}")
     return 0
+
+
+def _print_transfers(outcome: JobOutcome) -> None:
+    """Per site, what its link carried over the job and how long that took (server_app.transfers), and any site
+    whose downloads keep failing; per round and task in the download's transfers.json."""
+    from server_app.transfers import describe, read_transfers
+
+    if outcome.result_dir is not None:
+        for line in describe(read_transfers(outcome.server_app_dir())):
+            print(f"link {line}")
 
 
 def _simulate(args: argparse.Namespace) -> int:

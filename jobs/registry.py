@@ -62,6 +62,9 @@ def registered(kind: JobKind[Any]) -> Iterator[JobKind[Any]]:
 # FLARE adds these to every job: sites stream job logs (unless switched off), the server receives them.
 JOB_LOG_STREAMER = "nvflare.app_common.logging.job_log_streamer.JobLogStreamer"
 JOB_LOG_RECEIVER = "nvflare.app_common.logging.job_log_receiver.JobLogReceiver"
+# ... and we add these to every job: per site and round, bytes and transfer time (server_app.transfers).
+TRANSFER_METER = "server_app.transfers.TransferMeter"
+TASK_CLOCK = "site_agent.transfers.TaskClock"
 
 
 def site_classes() -> list[str]:
@@ -75,10 +78,12 @@ def server_classes() -> list[str]:
 
 
 def site_allow_list() -> list[str]:
-    """Exact classes a job may instantiate at a site: every registered job kind's, and FLARE's log streamer."""
-    return sorted({*site_classes(), JOB_LOG_STREAMER})
+    """Exact classes a job may instantiate at a site: every registered job kind's, FLARE's log streamer and the task
+    clock every job carries."""
+    return sorted({*site_classes(), JOB_LOG_STREAMER, TASK_CLOCK})
 
 
 def server_allow_list() -> list[str]:
-    """Exact classes a job may instantiate on the server: every registered job kind's, and FLARE's log receiver."""
-    return sorted({*server_classes(), JOB_LOG_RECEIVER})
+    """Exact classes a job may instantiate on the server: every registered job kind's, FLARE's log receiver and the
+    transfer meter every job carries."""
+    return sorted({*server_classes(), JOB_LOG_RECEIVER, TRANSFER_METER})

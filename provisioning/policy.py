@@ -21,6 +21,18 @@ SERVER_HEARTBEAT_TIMEOUT_S = 20
 """A site whose client sends no heartbeat (every 10 s) for this long is gone; FLARE's kits say 600."""
 
 
+COMM_CONFIG: dict[str, float] = {"streaming_retry_wait": 60.0, "streaming_retry_timeout": 600.0}
+"""Every kit's local/comm_config.json: FLARE's streaming settings that let a slow link (down to about 0.3 Mbit/s)
+take part. FLARE sends every answer to a site's download request (a 2 MB chunk of the model, both ways: the server
+pulls a site's update the same way) as a reliable stream and re-sends a 1 MB piece whose acknowledgement has not come
+back within `streaming_retry_wait` (FLARE: 5 s), failing the stream `streaming_retry_timeout` (FLARE: 60 s) after the
+first re-send. On a 1 Mbit/s link one chunk takes 16 s, so every piece was re-sent, the copies filled the link and
+every download of a 19 MB model failed ("retry failed after 60.00 seconds"), the site starting again from scratch.
+TCP already delivers what is sent on a live connection; FLARE's re-send only matters after a reconnect, so waiting
+60 s before it costs a slow link nothing and a broken connection a minute; 600 s lets a transfer ride out a
+10-minute outage."""
+
+
 SITE_ADMISSION = "server_app.admission.SiteAdmission"
 SCHEDULE_INTERVAL_S = 5.0
 """How often the server retries a job that waits for sites: it starts within this (plus a second) of their return.

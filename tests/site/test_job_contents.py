@@ -96,9 +96,9 @@ def test_unlisted_classes_anywhere_in_the_site_config_are_named(exported, kit, t
     reason = _refusal(job_dir, kit)
 
     assert "not in this site's class allow-list" in reason
-    assert "class subprocess.Popen (components[0])" in reason
+    assert "class subprocess.Popen (components[1])" in reason  # components[0]: the job's task clock
     assert "class os.system (executors[0].executor.args.nested)" in reason
-    assert "components[1] names class 'ClientAPIExecutor' by short name" in reason
+    assert "components[2] names class 'ClientAPIExecutor' by short name" in reason
 
 
 @pytest.mark.parametrize("key", ["../../../etc", "/etc", "unmapped"])
