@@ -105,11 +105,10 @@ def run(site_module: types.ModuleType, server_module: types.ModuleType, num_site
                 for name in server.survivors}
     total, unmask_s = _timed(lambda: server.unmask(masked, revealed))
     assert np.array_equal(total, plain), f"{num_sites} sites: the unmasked sum differs from the plain sum"
-    graph = getattr(server, "graph", None)
+    graph = getattr(server, "graph", None)  # the baseline has none: complete
     degree = graph.degree if graph is not None else num_sites - 1
-    lost_with_survivors = len(dropped) if graph is None else sum(
-        1 for site in dropped if set(graph.neighbours(site)) - dropped)
-    survivors_per_lost = degree * (1 - lost)
+    pairwise = len(dropped) * len(masked) if graph is None else sum(
+        len(set(graph.neighbours(site)) - dropped) for site in dropped)
     return {"sites": num_sites, "lost": lost, "lost_sites": len(dropped), "length": length,
             "graph": "sparse" if degree < num_sites - 1 else "complete", "degree": degree,
             "threshold": server.threshold,
@@ -117,7 +116,7 @@ def run(site_module: types.ModuleType, server_module: types.ModuleType, num_site
             "site_mask_s": round(statistics.median(mask_s.values()), 4),
             "site_max_s": round(max(share_s[n] + mask_s[n] for n in mask_s), 4),
             "server_unmask_s": round(unmask_s, 3),
-            "keystreams": round(len(server.survivors) + lost_with_survivors * survivors_per_lost), "exact": True}
+            "keystreams": len(masked) + pairwise, "exact": True}
 
 
 def main() -> None:

@@ -139,9 +139,10 @@ class SecureAggregation:
 
     def summary(self) -> dict[str, object]:
         """Who took part at each step, for results.json and the manifest."""
+        sparse = {"neighbours_per_site": self.graph.degree} if self.graph is not None and self.graph.sparse else {}
         return {"threshold": self.threshold, "key_exchange": self.key_exchange,
                 "signed_keys": sorted(site for site, keys in self.keys.items() if keys.signature),
-                "shared": self.sharing, "survivors": self.survivors, "dropped_after_sharing": self.dropped}
+                "shared": self.sharing, "survivors": self.survivors, "dropped_after_sharing": self.dropped, **sparse}
 
     def _quorum(self, received: Mapping[str, object], expected: list[str], step: str) -> list[str]:
         strangers = sorted(set(received) - set(expected))
