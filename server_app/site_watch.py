@@ -11,6 +11,7 @@ names each site and what happened to it.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from server_app.site_events import describe, last_event_by_site
 
 LATE_SITE_WAIT_S = 600
 """Seconds a task waits for the other sites once `min_clients` answered (a site FLARE deems dead ends it sooner)."""
+NO_REASON_HEARD = "no reason heard (the site's client or job process stopped, or it was too late)"
 
 
 class SiteAwareController(ModelController):
@@ -68,11 +70,15 @@ class SiteAwareController(ModelController):
         return (f"FLARE ended the run during {where} ({self._flare_stop_reason}): the job needs {min_clients} "
                 f"sites; {in_words(outcomes)}")
 
+    def quiet_outcomes(self, quiet: Iterable[str]) -> dict[str, str]:
+        """Each of the `quiet` sites (they did not answer) with what the server heard about it: the one wording of a
+        quiet site's outcome, in a round's outcomes and in every stop."""
+        reasons = self.site_reasons()
+        return {site: f"no answer: {reasons.get(site, NO_REASON_HEARD)}" for site in sorted(quiet)}
+
     def quiet_site_outcomes(self, answered: set[str]) -> dict[str, str]:
         """Each site that did not answer, with what the server heard about it."""
-        reasons = self.site_reasons()
-        return {site: f"no answer: {reasons.get(site, 'no reason heard (its client or job process stopped?)')}"
-                for site in sorted(set(self.site_names()) - answered)}
+        return self.quiet_outcomes(set(self.site_names()) - answered)
 
 
 def in_words(outcomes: dict[str, str]) -> str:
