@@ -93,6 +93,9 @@ class SegmentationParams(SecureWeightsParams, SegResNetParams, RoundParams):
 
     def check(self) -> None:
         super().check()
+        if self.secure_aggregation and self.dp_clip_norm > self.update_l2_bound:
+            raise ParameterError(f"update_l2_bound={self.update_l2_bound} is below dp_clip_norm={self.dp_clip_norm}: "
+                                 "the clipped (and noised) difference is what the sites mask; raise the bound")
         if self.val_fraction + self.test_fraction >= 1.0:
             raise ParameterError(f"val_fraction={self.val_fraction} and test_fraction={self.test_fraction} leave no "
                                  "training cases: keep their sum below 1")

@@ -49,6 +49,8 @@ def test_parameters_refuse_masking_without_a_bound_or_with_a_robust_rule():
         SegmentationParams(secure_aggregation=True, update_l2_bound=5.0, aggregation="median")
     with pytest.raises(ParameterError, match="at most"):
         FedAvgLinearParams(secure_aggregation=True, update_l2_bound=2 * MAX_L2_BOUND)
+    with pytest.raises(ParameterError, match="below dp_clip_norm"):
+        SegmentationParams(secure_aggregation=True, update_l2_bound=1.0, dp_clip_norm=2.0, dp_noise_multiplier=1.0)
     assert isinstance(FedAvgLinearParams(), SecureWeightsParams)
 
 
