@@ -60,17 +60,16 @@ class SegmentationTask(TrackedTask):
             return self.train(model, ctx)
 
     def task_validate(self, model: FLModel, ctx: SiteContext) -> FLModel:
-        with surface_data_errors():
-            data = self.site_data(ctx)
-            metrics = self.score(self.network(model.params, ctx.device), data, VAL, ctx, model, "validate")
-        self.track(metrics, int(model.current_round or 0))  # step: rounds aggregated into the model scored
-        return FLModel(metrics=metrics)
+        return self._scored(model, ctx, VAL, "validate")
 
     def task_test(self, model: FLModel, ctx: SiteContext) -> FLModel:
         """Score the model the server selected on validation (sent once, after the last round) on the test cases."""
+        return self._scored(model, ctx, TEST, "test")
+
+    def _scored(self, model: FLModel, ctx: SiteContext, split: str, task: str) -> FLModel:
         with surface_data_errors():
             data = self.site_data(ctx)
-            metrics = self.score(self.network(model.params, ctx.device), data, TEST, ctx, model, "test")
+            metrics = self.score(self.network(model.params, ctx.device), data, split, ctx, model, task)
         self.track(metrics, int(model.current_round or 0))  # step: rounds aggregated into the model scored
         return FLModel(metrics=metrics)
 
