@@ -9,8 +9,8 @@ session cost about n t^2 of them. Here:
 
 - the Lagrange coefficients at 0 of the full holder set {1..K}, c_j = prod_{m != j} m / (m + j), are computed once
   per K; for a secret whose shares from the holders in M are missing, the coefficient of holder j is
-  c_j prod_{m in M} (m + j) / m, which costs |M| multiplications by a small element (m + j < 2^16) and one full
-  multiplication per share, instead of t;
+  c_j prod_{m in M} (m + j) / m, which costs |M| multiplications by a small element (m + j < 2^16) per share
+  and, for the factor prod_{m in M} 1 / m common to all of them, one full multiplication per secret, instead of t^2;
 - every multiplication runs on numpy arrays holding the shares of all secrets at once.
 
 Splitting evaluates the polynomial at x = 1..K by Horner's rule on arrays too (multiplications by the small x only).
@@ -45,6 +45,9 @@ def multiply_int(a: int, b: int) -> int:
         if a >> 128:
             a ^= _POLY
     return product
+
+
+_FOLD = np.array([multiply_int(c, 0x87) for c in range(16)], dtype=np.uint64)  # c x^128 = c (x^7 + x^2 + x + 1)
 
 
 def inverse_int(a: int) -> int:
@@ -83,25 +86,39 @@ def multiply_small(a: np.ndarray, small: np.ndarray) -> np.ndarray:
 
 
 def _multiply_into(out: np.ndarray, a: np.ndarray, b: np.ndarray, bits: int) -> None:
-    """out ^= a * b, where b has no bit at or above `bits`: shift-and-add over b's bits, a times x each step."""
-    hi, lo = a[0].copy(), a[1].copy()
-    mask, scratch, carry = (np.empty_like(lo) for _ in range(3))
-    for bit in range(bits):
-        word = b[1] if bit < 64 else b[0]
-        np.right_shift(word, bit % 64, out=mask)
-        np.bitwise_and(mask, 1, out=mask)
-        np.negative(mask, out=mask)  # all ones where the bit is set
-        np.bitwise_and(hi, mask, out=scratch)
-        out[0] ^= scratch
-        np.bitwise_and(lo, mask, out=scratch)
-        out[1] ^= scratch
-        np.right_shift(hi, 63, out=carry)
-        np.left_shift(hi, 1, out=hi)
-        np.right_shift(lo, 63, out=scratch)
-        hi |= scratch
-        np.left_shift(lo, 1, out=lo)
-        np.multiply(carry, _REDUCE, out=carry)
-        lo ^= carry
+    """out ^= a * b, where b has no bit at or above `bits`: 4 bits of b at a time from the top (Horner), adding
+    a * v from a table of the 16 multiples of each a and multiplying by x^4, whose 4 bits above x^127 fold back as
+    x^128 = x^7 + x^2 + x + 1."""
+    n = a.shape[1]
+    table = np.zeros((2, 16, n), dtype=np.uint64)  # word, v, element: a * v
+    table[:, 1] = a
+    for v in (2, 4, 8):
+        half = table[:, v // 2]
+        table[0, v] = (half[0] << 1) | (half[1] >> 63)
+        table[1, v] = (half[1] << 1) ^ ((half[0] >> 63) * _REDUCE)
+    for v in range(3, 16):
+        top = 1 << (v.bit_length() - 1)
+        if v != top:
+            table[:, v] = table[:, top] ^ table[:, v - top]
+    high, low = table[0].ravel(), table[1].ravel()
+    column = np.arange(n, dtype=np.uint64)
+    hi, lo = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
+    index, carry = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint64)
+    for nibble in reversed(range((bits + 3) // 4)):
+        np.right_shift(hi, 60, out=carry)
+        np.left_shift(hi, 4, out=hi)
+        hi |= lo >> 60
+        np.left_shift(lo, 4, out=lo)
+        lo ^= _FOLD[carry]
+        word = b[1] if nibble < 16 else b[0]
+        np.right_shift(word, 4 * (nibble % 16), out=index)
+        index &= 15
+        index *= n
+        index += column
+        hi ^= high[index]
+        lo ^= low[index]
+    out[0] ^= hi
+    out[1] ^= lo
 
 
 def _elements(values: Sequence[int]) -> np.ndarray:
@@ -168,23 +185,24 @@ def rebuild(shares: Sequence[Mapping[int, bytes]], holders: int, threshold: int)
         scale = multiply(scale, np.where(m > 0, inverses[:, m], _elements([1])))
         m_pair = m[owner]
         lam = multiply_small(lam, np.where(m_pair > 0, m_pair ^ x, 1))
-    lam = multiply(lam, scale[:, owner])
-    secrets = _combine(lam, values, starts)
+    secrets = _combine(lam, values, starts, scale)  # the factor common to a secret's shares applied once
     # the second rebuild: without each secret's first share, where more than t
     again = np.array([i for i, row in enumerate(xs) if len(row) > threshold], dtype=np.int64)
     keep = np.isin(owner, again) & (np.arange(x.size) != starts[owner])
-    first = x[starts[owner[keep]]]
-    lam_b = multiply(multiply_small(lam[:, keep], first ^ x[keep]), inverses[:, first])
+    first = x[starts[again]]
+    lam_b = multiply_small(lam[:, keep], x[starts[owner[keep]]] ^ x[keep])
     starts_b = np.searchsorted(owner[keep], again)
-    check = _combine(lam_b, values[keep], starts_b) if again.size else []
+    check = _combine(lam_b, values[keep], starts_b, multiply(scale[:, again], inverses[:, first])) if again.size else []
     disagree = [int(i) for i, other in zip(again, check, strict=True) if other != secrets[i]]
     return secrets, disagree
 
 
-def _combine(lam: np.ndarray, values: np.ndarray, starts: np.ndarray) -> list[bytes]:
-    """sum_j lam_j y_j per secret (shares of one secret contiguous from its start) for both halves: 32 bytes each."""
+def _combine(lam: np.ndarray, values: np.ndarray, starts: np.ndarray, scale: np.ndarray) -> list[bytes]:
+    """scale_i sum_j lam_j y_j per secret i (its shares contiguous from its start), both halves: 32 bytes each."""
     both = multiply(np.concatenate([lam, lam], axis=1), np.concatenate([values[:, :2].T, values[:, 2:].T], axis=1))
     first, second = both[:, :lam.shape[1]], both[:, lam.shape[1]:]
-    words = np.concatenate([np.bitwise_xor.reduceat(half, starts, axis=1) for half in (first, second)])
-    data = np.ascontiguousarray(words.T).astype(">u8").tobytes()
+    sums = np.concatenate([np.bitwise_xor.reduceat(half, starts, axis=1) for half in (first, second)], axis=1)
+    words = multiply(sums, np.concatenate([scale, scale], axis=1))  # first halves of all secrets, then second
+    count = starts.size
+    data = np.ascontiguousarray(np.concatenate([words[:, :count], words[:, count:]]).T).astype(">u8").tobytes()
     return [data[i:i + 32] for i in range(0, len(data), 32)]
