@@ -27,29 +27,28 @@ from server_app.site_watch import LATE_SITE_WAIT_S, SiteAwareController
 
 
 class InferenceController(SiteAwareController):
-    """Loads `<models[model_key]>/<model_file>`, checks it fits `model` with `model_args`, sends it in one `infer`
-    task and records each site's counts and timings in results.json."""
+    """Loads `<models[job.model]>/<job.model_file>`, checks it fits MODEL with the job's model arguments, sends it in
+    one `infer` task and records each site's counts and timings in results.json."""
 
     def __init__(self, *, kind: str, params: dict[str, Any]):
         super().__init__()
         self.job: InferenceParams = job_params(kind, params, InferenceParams)
         # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
         self.kind, self.params = kind, params
-        self.model_key, self.model_file, self.model = self.job.model, self.job.model_file, MODEL
         self.model_args = self.job.model_args()
 
     def run(self) -> None:
         """One `infer` task and no rounds: the model is loaded and checked before any site is asked, so a wrong model
         file fails at the server rather than at every site, and results.json says which sites answered and why the
         others did not."""
-        recorder = RunRecorder(Path(self.get_app_dir()), {"workflow": "inference", "model": self.model,
-                                                          "model_args": self.model_args, "model_key": self.model_key,
-                                                          "model_file": self.model_file,
+        recorder = RunRecorder(Path(self.get_app_dir()), {"workflow": "inference", "model": MODEL,
+                                                          "model_args": self.model_args, "model_key": self.job.model,
+                                                          "model_file": self.job.model_file,
                                                           "min_clients": self.job.min_clients})
         try:
             params, identity = self._load_model()
         except (OSError, ValueError, RuntimeError) as err:
-            message = f"server cannot use model {self.model_key!r}/{self.model_file}: {err}"
+            message = f"server cannot use model {self.job.model!r}/{self.job.model_file}: {err}"
             recorder.finish("failed", error=message)
             self.panic(message)
             return
@@ -76,15 +75,15 @@ class InferenceController(SiteAwareController):
 
     def _load_model(self) -> tuple[Params, dict[str, str]]:
         local = Path(self.fl_ctx.get_engine().get_workspace().get_site_config_dir())
-        path = ServerConfig.load(local / CONFIG_FILE).model_dir(self.model_key) / self.model_file
+        path = ServerConfig.load(local / CONFIG_FILE).model_dir(self.job.model) / self.job.model_file
         if not path.is_file():
             raise FileNotFoundError(f"{path} does not exist; copy the model there (e.g. a run's best_global_model.pt)")
         state = torch.load(path, weights_only=True, map_location="cpu")
         params = {k: np.asarray(v.numpy()) for k, v in state.items()}
         try:
-            load_numpy_params(build_model(self.model, **self.model_args), params)
+            load_numpy_params(build_model(MODEL, **self.model_args), params)
         except (ValueError, RuntimeError) as err:
-            raise ValueError(f"{path} does not fit {self.model} with {self.model_args} (the run that made it records "
+            raise ValueError(f"{path} does not fit {MODEL} with {self.model_args} (the run that made it records "
                              f"its arguments in results.json, job.model_args): {err}") from err
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         return params, {"path": str(path), "sha256": digest}
