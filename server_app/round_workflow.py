@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 import time
 from abc import abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +54,9 @@ class RoundWorkflow(SiteAwareController):
     from the job's JSON) in their constructor and implement the hooks."""
 
     job: RoundJob
-    _sends = itertools.count(1)  # replaced per run: every send of a round opens a new secure-aggregation session
-    sent_params: Params = {}  # noqa: RUF012  # the global values the last training task sent (masked rounds)
-    _session = ""  # this send's secure-aggregation session
+    sent_params: Params  # masked rounds: the global values the last training task sent
+    _session: str  # masked rounds: this send's secure-aggregation session
+    _sends: Iterator[int]  # every send of a round opens a new session
 
     # --- the loop -------------------------------------------------------------------------------------------------
 
@@ -64,7 +65,7 @@ class RoundWorkflow(SiteAwareController):
         each round send, take the updates (waiting for a quorum), record every site's outcome, aggregate and
         checkpoint; the kinds differ only in the hooks (setup, before_rounds, restore, aggregate, finish_run)."""
         torch.manual_seed(self.job.seed)
-        self._sends = itertools.count(1)
+        self._sends, self._session, self.sent_params = itertools.count(1), "", {}
         self.setup()
         summary = self.job_summary()
         self.recorder = RunRecorder(Path(self.get_app_dir()), summary)
