@@ -46,6 +46,7 @@ from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, SegmentationParams
 from jobs.segmentation.spec import KIND as SEGMENTATION
 from jobs.spec import JobKind
 from provisioning.provision import Federation, customise, load_template, provision
+from server_app.transfers import describe, read_transfers
 from site_agent.data.linear_demo import write_linear_site
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.site_config import write_site_config
@@ -188,7 +189,8 @@ def run_case(wan: WanFederation, case: Case, jobs_dir: Path, timeout: float = 18
             "seconds": elapsed, "rounds": len(rounds),
             "sites_per_round": [sorted(r.get("sites", [])) for r in rounds],
             "waited": [r.get("waited_for_sites") for r in rounds if r.get("waited_for_sites")],
-            "transfers": results.get("transfers", {}), "reference": case.reference}
+            "links": describe(read_transfers(outcome.server_app_dir())) if outcome.result_dir else [],
+            "reference": case.reference}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
