@@ -82,10 +82,12 @@ class SecureAggregation:
                 f"secure aggregation needs at least {self.min_sites}")
 
     def relay(self, sent: Mapping[str, Mapping[str, bytes]]) -> dict[str, bytes]:
-        """The sharing sites' ciphertexts as `sender/recipient` -> bytes, every one sent to every sharing site.
+        """The sharing sites' ciphertexts for their sharing neighbours (every other site with the complete graph)
+        as `sender/recipient` -> bytes, every one sent to every sharing site.
 
         Each ciphertext is encrypted to its recipient and authenticated with both names, so relaying all to all
-        reveals nothing and lets each site pick its own.
+        reveals nothing and lets each site pick its own (n k of 92 bytes with the sparse graph; a workflow may send
+        each site only those addressed to it).
         """
         self.sharing = self._quorum(sent, self.key_exchange, "shared their keys")
         graph = self._graph()
