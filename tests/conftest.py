@@ -1,18 +1,69 @@
-"""Shared fixtures: a real provisioned federation on 127.0.0.1 (server, 3 sites, admins) and the exported jobs."""
+"""Shared fixtures: a real provisioned federation on 127.0.0.1 (server, 3 sites, admins), the exported jobs, and the
+order in which the suite's work is handed to the xdist workers."""
 
 from __future__ import annotations
 
+import functools
+import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import ADMIN, provision_demo_federation
 
 from federation_tools.loopback import LoopbackFederation
+from jobs.admin import JobOutcome, follow_job
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.provision import Federation
+from site_agent.audit import AuditLog
+
+SHARED_FEDERATION = "running_federation"
+TESTS = Path(__file__).resolve().parent
+
+
+def _unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module, or one unit for every module on the shared federation."""
+    return _module_unit(nodeid.split("::", 1)[0])
+
+
+@functools.cache
+def _module_unit(module: str) -> str:
+    path = TESTS.parent / module
+    uses_shared = path.is_file() and any(name in path.read_text() for name in (SHARED_FEDERATION, "fedavg_run"))
+    return SHARED_FEDERATION if uses_shared else module
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: without xdist, not called
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` (scripts/test.sh), except that the modules on the shared provisioned federation are one unit:
+    one worker starts that federation (not each), and the job several of its tests read runs once."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    return ModuleScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker, the modules that start federations come first, then the simulator's, then the rest, in
+    collection order otherwise (with --no-loadscope-reorder the workers take them in this order): the long units
+    start early, so the two workers finish together. Tests keep their order within a module."""
+    if not hasattr(config, "workerinput"):
+        return
+    tier: dict[str, int] = {}
+    for item in items:
+        mine = 0 if item.get_closest_marker("federation") else 1 if item.get_closest_marker("simulator") else 2
+        unit = _unit(item.nodeid)
+        tier[unit] = min(tier.get(unit, mine), mine)
+    items.sort(key=lambda item: tier[_unit(item.nodeid)])
 
 
 @dataclass
@@ -40,3 +91,31 @@ def running_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run
 @pytest.fixture(scope="session")
 def fedavg_job_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return export(build_job(KIND, FedAvgLinearParams()), tmp_path_factory.mktemp("jobs"))
+
+
+@dataclass(frozen=True)
+class FedAvgRun:
+    """The default FedAvg job, run once on the shared federation, and what the admin saw while it ran and after."""
+
+    outcome: JobOutcome
+    site_1_stats: list[str]  # FLARE's answers to `show_stats` and `show_errors` for site-1 while the job ran there
+    listed: dict[str, str]  # job id -> status, listed once it finished
+
+
+@pytest.fixture(scope="session")
+def fedavg_run(running_federation: RunningFederation, fedavg_job_dir: Path) -> FedAvgRun:
+    """One run of the default FedAvg job (5 rounds) for the tests that check its weights and what the sites kept."""
+    session = running_federation.session()
+    try:
+        job_id = session.submit_job(str(fedavg_job_dir))
+        site_1 = AuditLog(running_federation.federation.kit("site-1") / "local")
+        deadline = time.monotonic() + 120  # the job runs at site-1: its stats are there to read
+        while not any(e["event"] == "job_started" for e in site_1.entries(job_id)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        stats = [json.dumps(session.do_command(f"{command} {job_id} client site-1"))
+                 for command in ("show_stats", "show_errors")]
+        outcome = follow_job(session, job_id, timeout=300, download=True, progress=None)
+        listed = {j["job_id"]: j["status"] for j in session.list_jobs()}
+    finally:
+        session.close()
+    return FedAvgRun(outcome, stats, listed)

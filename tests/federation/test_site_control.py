@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support import ADMIN, SUPER_ADMIN
 
-from jobs.admin import follow_job, submit_and_wait
+from jobs.admin import submit_and_wait
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND as FEDAVG_LINEAR
 from jobs.fedavg_linear.spec import FedAvgLinearParams
@@ -182,20 +182,11 @@ def test_a_job_edited_to_run_an_unlisted_class_or_read_a_path_is_refused_at_depl
     assert time.monotonic() - started < 30  # at deploy, not at the first round's start
 
 
-def test_a_real_job_runs_downloads_and_leaves_ledger_and_audit_entries(running_federation, fedavg_job_dir):
-    session = running_federation.session()
-    try:
-        job_id = session.submit_job(str(fedavg_job_dir))
-        site_1 = AuditLog(running_federation.federation.kit("site-1") / "local")
-        deadline = time.monotonic() + 120  # the job runs at site-1: its stats are there to read
-        while not any(e["event"] == "job_started" for e in site_1.entries(job_id)) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        stats = [json.dumps(session.do_command(f"{command} {job_id} client site-1"))
-                 for command in ("show_stats", "show_errors")]
-        outcome = follow_job(session, job_id, timeout=300, download=True, progress=None)
-        listed = {j["job_id"]: j["status"] for j in session.list_jobs()}
-    finally:
-        session.close()
+def test_a_real_job_runs_downloads_and_leaves_ledger_and_audit_entries(running_federation, fedavg_run):
+    """The default FedAvg job's run (tests/conftest.py, shared with the reference-weights test): site-1 refused the
+    admin its stats while the job ran there, and every site kept its ledger and audit entries."""
+    outcome, stats, listed = fedavg_run.outcome, fedavg_run.site_1_stats, fedavg_run.listed
+    site_1 = AuditLog(running_federation.federation.kit("site-1") / "local")
 
     # FLARE renders a site's refusal of these two as "invalid_reply"; the reason is in the site's audit log
     assert all('{"site-1": "invalid_reply"}' in answer for answer in stats), stats
