@@ -193,14 +193,28 @@ def run_case(wan: WanFederation, case: Case, jobs_dir: Path, timeout: float = 18
             "reference": case.reference}
 
 
+def _notes(row: dict[str, Any]) -> str:
+    """Which sites missed which rounds, whom a round waited for, and site-3's link line (segmentation)."""
+    notes = []
+    for site in SITES:
+        missed = [i + 1 for i, sites in enumerate(row["sites_per_round"]) if site not in sites]
+        if missed:
+            notes.append(f"{site} absent from rounds {missed[0]}-{missed[-1]} ({len(missed)})")
+    notes += [f"waited for {site} {seconds:.0f} s" for waited in row["waited"] for site, seconds in waited.items()]
+    slow = SITES[-1]  # the site the bandwidth cases slow down; fedavg-linear's 8-byte rows say nothing
+    notes += [line for line in row.get("links", []) if line.startswith(f"{slow}:")
+              and not line.startswith(f"{slow}: 0.0 MB")]
+    return "; ".join(notes) or "every site in every round"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     times = {r["case"]: r["seconds"] for r in rows}
-    lines = ["| case | link condition | job | status | rounds | time (s) | ratio to LAN |",
-             "| --- | --- | --- | --- | ---: | ---: | ---: |"]
+    lines = ["| case | link condition | job | status | rounds | time (s) | ratio to LAN | what happened |",
+             "| --- | --- | --- | --- | ---: | ---: | ---: | --- |"]
     for r in rows:
         ratio = f"{r['seconds'] / times[r['reference']]:.2f}x" if r["reference"] in times else "n/a"
         lines.append(f"| {r['case']} | {r['condition']} | {r['kind']} | {r['status']} | {r['rounds']} | "
-                     f"{r['seconds']:.0f} | {ratio} |")
+                     f"{r['seconds']:.0f} | {ratio} | {_notes(r)} |")
     return "\n".join(lines)
 
 
