@@ -15,13 +15,16 @@ import pytest
 from support import ADMIN, provision_demo_federation
 
 from federation_tools.loopback import LoopbackFederation
-from jobs.admin import JobOutcome, follow_job
+from jobs.admin import JobOutcome, follow_job, submit_and_wait
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
+from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
+from jobs.segmentation.spec import KIND as SEGMENTATION
 from provisioning.provision import Federation
 from site_agent.audit import AuditLog
 
 SHARED_FEDERATION = "running_federation"
+SHARED_FIXTURES = (SHARED_FEDERATION, "fedavg_run", "segmentation_run")  # the session fixtures on that federation
 TESTS = Path(__file__).resolve().parent
 
 
@@ -33,7 +36,7 @@ def _unit(nodeid: str) -> str:
 @functools.cache
 def _module_unit(module: str) -> str:
     path = TESTS.parent / module
-    uses_shared = path.is_file() and any(name in path.read_text() for name in (SHARED_FEDERATION, "fedavg_run"))
+    uses_shared = path.is_file() and any(name in path.read_text() for name in SHARED_FIXTURES)
     return SHARED_FEDERATION if uses_shared else module
 
 
@@ -119,3 +122,19 @@ def fedavg_run(running_federation: RunningFederation, fedavg_job_dir: Path) -> F
     finally:
         session.close()
     return FedAvgRun(outcome, stats, listed)
+
+
+SEGMENTATION_DP = SegmentationParams(num_rounds=2, dp_clip_norm=0.005, dp_noise_multiplier=1.0, min_clients=3,
+                                     **CPU_DEMO)
+
+
+@pytest.fixture(scope="session")
+def segmentation_run(running_federation: RunningFederation, tmp_path_factory: pytest.TempPathFactory) -> JobOutcome:
+    """One run of the segmentation job with client-side DP (SEGMENTATION_DP) on the shared federation: the DP test
+    reads its results, the inference test segments with the model it trained."""
+    job_dir = export(build_job(SEGMENTATION, SEGMENTATION_DP), tmp_path_factory.mktemp("segmentation-job"))
+    session = running_federation.session()
+    try:
+        return submit_and_wait(session, job_dir, timeout=600, progress=None)
+    finally:
+        session.close()

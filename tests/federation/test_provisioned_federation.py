@@ -15,8 +15,7 @@ from jobs.admin import submit_and_wait
 from jobs.common import build_job, export
 from jobs.inference.spec import KIND as INFERENCE
 from jobs.inference.spec import InferenceParams
-from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
-from jobs.segmentation.spec import KIND as SEGMENTATION
+from jobs.segmentation.spec import CPU_DEMO
 from provisioning.provision import customise, load_template, provision
 from server_app.server_config import ServerConfig, write_server_config
 from site_agent.data.synthetic_brats import write_brats_site
@@ -170,7 +169,9 @@ def test_check_passes_for_a_good_site_kit(running_federation):
 
 
 def test_inference_after_training_writes_nifti_and_dicom_seg_at_each_site_and_sends_only_counts(running_federation,
+                                                                                                segmentation_run,
                                                                                                 tmp_path):
+    """The model is the one the shared federation's segmentation run trained (tests/conftest.py)."""
     federation = running_federation.federation
     architecture = {k: v for k, v in CPU_DEMO.items() if k in ("roi_size", "init_filters", "blocks_down", "blocks_up",
                                                                 "dropout_prob")}
@@ -186,13 +187,10 @@ def test_inference_after_training_writes_nifti_and_dicom_seg_at_each_site_and_se
         write_site_config(federation.kit(site), {**{k: str(config.data_dir(k, site)) for k in ("linear", "brats")},
                                                  "brats_inference": str(tmp_path / site / "cases"),
                                                  "brats_results": str(tmp_path / site / "results")})
-    training = export(build_job(SEGMENTATION,
-                                SegmentationParams(num_rounds=1, min_clients=3, tracking=False, **CPU_DEMO)),
-                      tmp_path / "training")
+    trained = segmentation_run
+    assert trained.completed, trained.refusal()
     session = running_federation.session()
     try:
-        trained = submit_and_wait(session, training, timeout=600)
-        assert trained.completed, trained.refusal()
         models = ServerConfig.load(server_config).models if server_config.exists() else {}
         write_server_config(federation.kit(federation.server), {**models, "glioma": str(trained.server_app_dir())})
         job = export(build_job(INFERENCE, InferenceParams(model="glioma", min_clients=3, **architecture)),

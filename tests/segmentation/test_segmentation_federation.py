@@ -6,23 +6,16 @@ import json
 
 import pytest
 
-from jobs.admin import submit_and_wait
-from jobs.common import build_job, export
-from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
 from server_app.results import BEST_MODEL_FILE, GLOBAL_MODEL_FILE
 from site_agent.accounting import client_dp_epsilon
 
 pytestmark = pytest.mark.federation
 
 
-def test_segmentation_job_with_client_dp_runs_and_reports_per_site(running_federation, tmp_path):
-    params = SegmentationParams(num_rounds=2, dp_clip_norm=0.005, dp_noise_multiplier=1.0, min_clients=3, **CPU_DEMO)
-    job_dir = export(build_job(KIND, params), tmp_path)
-    session = running_federation.session()
-    try:
-        outcome = submit_and_wait(session, job_dir, timeout=600, progress=None)
-    finally:
-        session.close()
+def test_segmentation_job_with_client_dp_runs_and_reports_per_site(segmentation_run):
+    """The run of tests/conftest.py's SEGMENTATION_DP (2 rounds, clip 0.005, noise multiplier 1.0) on the shared
+    federation; the inference test segments with the model it trained."""
+    outcome = segmentation_run
 
     assert outcome.completed, outcome.refusal()
     app_dir = outcome.server_app_dir()
