@@ -9,14 +9,22 @@ A FLARE component of the server's job, fed by FLARE's own events, so it needs no
 
 The transfer time is the server's time from fetch to answer less the site's own time on the task: the model's
 download to the site plus the answer's upload to the server (and FLARE's message overhead), no clock shared between
-server and site. A site that fetches the same task again did not receive it: FLARE's download failed and the site
-asked anew. Such a site is named after `FAILED_FETCHES` attempts with what the link delivered at most (the task's
-bytes over the longest attempt), and every row goes to `transfers.json` beside results.json after each answer.
+server and site. A site whose transfers keep failing is named, with the reason and the useful rate its link gave:
+
+- FLARE's byte streamer gave up on a stream to the site ("retry failed after 60.00 seconds": the site acknowledged
+  too slowly, the pieces were re-sent until FLARE stopped): its error, in this process's log, is the only signal,
+  so the meter listens to that logger for the run. After `FAILED_STREAMS` such errors the site is named with how
+  much of its task it had not received in how long;
+- or the site fetched the same task again (it asked anew after a failed download), `FAILED_FETCHES` times.
+
+Every row and every failing site goes to `transfers.json` beside results.json as it happens.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,6 +44,10 @@ from fl_contract.transfers import SITE_TASK_SECONDS
 TRANSFERS_FILE = "transfers.json"
 FAILED_FETCHES = 2
 """A site that had to fetch one task this many times more (each a failed download) is named as failing."""
+FAILED_STREAMS = 2
+"""A site to which FLARE's byte streamer gave up this many streams (a download answer each) is named as failing."""
+STREAM_LOGGER = "nvflare.fuel.f3.streaming.byte_streamer"
+_STREAM_FAILED = re.compile(r"Tx\[SID:\S+ to ([^.\s\]]+)\S* for \S+\] seq \d+ retry failed after ([\d.]+) seconds")
 
 
 def array_bytes(shareable: Shareable | None) -> int:
@@ -85,6 +97,19 @@ class Transfer:
                 "docs/admin-guide.md#slow-links)")
 
 
+class _StreamFailures(logging.Handler):
+    """FLARE's byte-streamer errors that say a stream to a site was given up, passed to the meter."""
+
+    def __init__(self, meter: TransferMeter):
+        super().__init__(logging.ERROR)
+        self.meter = meter
+
+    def emit(self, record: logging.LogRecord) -> None:
+        match = _STREAM_FAILED.search(record.getMessage())
+        if match:
+            self.meter.stream_failed(match.group(1), float(match.group(2)))
+
+
 class TransferMeter(FLComponent):
     """Per site and round, bytes and transfer time of every task (module docstring), in `transfers.json`."""
 
@@ -92,10 +117,17 @@ class TransferMeter(FLComponent):
         super().__init__()
         self.transfers: dict[str, Transfer] = {}  # by FLARE's task id and site
         self.named: set[str] = set()
+        self.stream_failures: dict[str, int] = {}
+        self.failing_streams: dict[str, str] = {}
         self.out_dir: Path | None = None
+        self.listener = _StreamFailures(self)
 
     def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
-        if event_type == EventType.BEFORE_TASK_DATA_FILTER:
+        if event_type == EventType.START_RUN:
+            logging.getLogger(STREAM_LOGGER).addHandler(self.listener)
+        elif event_type == EventType.END_RUN:
+            logging.getLogger(STREAM_LOGGER).removeHandler(self.listener)
+        elif event_type == EventType.BEFORE_TASK_DATA_FILTER:
             self.fetched(_peer(fl_ctx), fl_ctx.get_prop(FLContextKey.TASK_NAME, ""),
                          fl_ctx.get_prop(FLContextKey.TASK_ID, ""), fl_ctx.get_prop(FLContextKey.TASK_DATA))
             self.out_dir = self.out_dir or _app_dir(fl_ctx)
@@ -131,6 +163,24 @@ class TransferMeter(FLComponent):
         transfer.site_seconds = None if site_seconds is None else round(float(site_seconds), 3)
         transfer.seconds = round(max(0.0, elapsed - (transfer.site_seconds or 0.0)), 3)
 
+    def stream_failed(self, site: str, retried_s: float, now: float | None = None) -> None:
+        """FLARE gave up a stream to `site` after `retried_s` seconds of re-sending; named at FAILED_STREAMS."""
+        now = time.monotonic() if now is None else now
+        self.stream_failures[site] = count = self.stream_failures.get(site, 0) + 1
+        pending = [t for t in self.transfers.values() if t.site == site and t.seconds is None]
+        if count < FAILED_STREAMS or site in self.failing_streams or not pending:
+            return
+        task = pending[-1]
+        waited = now - task.fetched_at[0]
+        self.failing_streams[site] = (
+            f"{site}: FLARE gave up {count} streams of its {task.task} task of round {task.round} (\"retry failed "
+            f"after {retried_s:.0f} seconds\": the site acknowledged too slowly and the pieces were re-sent); it has "
+            f"not received the task's {task.bytes_to_site / 1e6:.1f} MB in the {waited:.0f} s since it fetched it, "
+            f"under {mbit_s(task.bytes_to_site, waited):.2f} Mbit/s of useful data (site-agent check measures the "
+            "link; docs/admin-guide.md#slow-links)")
+        self.logger.warning(self.failing_streams[site])
+        self.write()
+
     def summary(self, now: float | None = None) -> dict[str, Any]:
         """Every task's row by round and site, and the sites whose transfers keep failing, with the reason."""
         now = time.monotonic() if now is None else now
@@ -138,7 +188,7 @@ class TransferMeter(FLComponent):
         for transfer in self.transfers.values():
             rounds.setdefault(str(transfer.round), {}).setdefault(transfer.site, []).append(transfer.row())
         failing = {t.site: reason for t in self.transfers.values() if (reason := t.failing(now))}
-        return {"rounds": rounds, "failing_sites": failing}
+        return {"rounds": rounds, "failing_sites": {**self.failing_streams, **failing}}
 
     def write(self) -> None:
         if self.out_dir is None:

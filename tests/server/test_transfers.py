@@ -77,3 +77,36 @@ def test_a_reply_without_arrays_counts_no_bytes():
     from nvflare.apis.shareable import make_reply
 
     assert array_bytes(make_reply("EXECUTION_EXCEPTION")) == 0 and array_bytes(None) == 0
+
+
+def _give_up_stream(site: str) -> None:
+    """FLARE's byte streamer giving up a stream to the site, as its TxTask logs it (byte_streamer.py's message)."""
+    import logging
+
+    from server_app.transfers import STREAM_LOGGER
+
+    task = (f"Tx[SID:1796136454519937 to {site}.ea862ec8-91f9 for "
+            "return_only/download_service__:download_service__download]")
+    logging.getLogger(STREAM_LOGGER).error(f"{task} seq 0 retry failed after 60.00 seconds from first retry")
+
+
+def test_a_site_whose_streams_flare_keeps_giving_up_is_named_while_the_run_listens():
+    from nvflare.apis.event_type import EventType
+    from nvflare.apis.fl_context import FLContext
+
+    meter = TransferMeter()
+    meter.fetched("site-3", "train", "t5", _task(0), now=0.0)
+    meter.handle_event(EventType.START_RUN, FLContext())
+    try:
+        _give_up_stream("site-3")
+        assert meter.summary()["failing_sites"] == {}  # one give-up: FLARE's retry may still recover
+        _give_up_stream("site-3")
+        _give_up_stream("site-1")  # a site without a pending task is not named
+    finally:
+        meter.handle_event(EventType.END_RUN, FLContext())
+    _give_up_stream("site-2")  # after the run: not listened to
+
+    failing = meter.summary()["failing_sites"]
+    assert set(failing) == {"site-3"} and meter.stream_failures == {"site-3": 2, "site-1": 1}
+    assert "FLARE gave up 2 streams of its train task of round 1" in failing["site-3"]
+    assert "not received the task's 1.0 MB" in failing["site-3"] and "Mbit/s of useful data" in failing["site-3"]
