@@ -80,7 +80,7 @@ def test_a_reply_without_arrays_counts_no_bytes():
 
 
 def _give_up_stream(site: str) -> None:
-    """FLARE's byte streamer giving up a stream to the site, as its TxTask logs it (byte_streamer.py's message)."""
+    """FLARE's byte streamer giving up a stream to the site, as its TxTask logs it (FLARE's own message text)."""
     import logging
 
     from server_app.transfers import STREAM_LOGGER
