@@ -68,7 +68,9 @@ class MaskedUpdates:
             shares = secagg.share(messages.read_key_exchange(model.params), int(model.meta[messages.THRESHOLD]))
             return FLModel(params={peer: messages.to_wire(ciphertext) for peer, ciphertext in shares.items()})
         if task == TASK_MASKED:
-            assert self._vector is not None  # made with the session's keys
+            if self._vector is None:  # sent once: a second mask of the same vector under new peers' keys would leak
+                raise RuntimeError(f"site {self.site} has already sent its masked update of session "
+                                   f"{secagg.session!r}; a second request is refused")
             masked = secagg.mask(self._vector, model.meta[messages.SITES],
                                  messages.addressed_to(self.site, model.params))
             self._vector = None

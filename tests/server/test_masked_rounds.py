@@ -146,6 +146,24 @@ def test_the_masked_round_is_the_plain_weighted_mean_and_no_answer_holds_weights
     assert {k for a in relay.sent[TASK_MASKED].values() for k in a.params} == {messages.MASKED}
 
 
+def test_a_site_masks_its_update_once_per_session(tmp_path):
+    relay = Relay(tmp_path)
+    _intake(relay, {site: 5 for site in SITES})
+    with pytest.raises(RuntimeError, match="no keys for session"):  # unmasked already: the session is gone
+        relay.sites["site-1"].answer(TASK_MASKED, FLModel(params={}, meta={messages.SESSION: "job/round-1/send-1"}))
+    again = Relay(tmp_path)
+    answers = again.train("s2", {site: 5 for site in SITES})
+    assert answers
+    shares = again.send(messages.TASK_SHARES, FLModel(params=messages.key_exchange_params(
+        {s: messages.read_keys(a.params) for s, a in again.sent["train"].items()}),
+        meta={messages.SESSION: "s2", messages.THRESHOLD: 3}), SITES)
+    relayed = {f"{sender}/{recipient}": a.params[recipient] for sender, a in shares.items() for recipient in a.params}
+    request = FLModel(params=relayed, meta={messages.SESSION: "s2", messages.SITES: SITES})
+    again.sites["site-1"].answer(TASK_MASKED, over_the_wire(request))
+    with pytest.raises(RuntimeError, match="already sent its masked update"):
+        again.sites["site-1"].answer(TASK_MASKED, over_the_wire(request))
+
+
 def test_one_sites_masked_vector_looks_uniform(tmp_path):
     """Kolmogorov-Smirnov against the uniform distribution on the ring, for the high and low 32-bit halves."""
     relay = Relay(tmp_path)
