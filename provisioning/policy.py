@@ -22,15 +22,16 @@ SERVER_HEARTBEAT_TIMEOUT_S = 20
 
 
 COMM_CONFIG: dict[str, float] = {"streaming_retry_wait": 60.0, "streaming_retry_timeout": 600.0}
-"""Every kit's local/comm_config.json: FLARE's streaming settings that let a slow link take part (measured at 1 and
-2 Mbit/s; by the arithmetic below, a 2 MB answer acknowledged within 60 s, down to about 0.3 Mbit/s). FLARE sends every answer to a site's download request (a 2 MB chunk of the model, both ways: the server
-pulls a site's update the same way) as a reliable stream and re-sends a 1 MB piece whose acknowledgement has not come
-back within `streaming_retry_wait` (FLARE: 5 s), failing the stream `streaming_retry_timeout` (FLARE: 60 s) after the
-first re-send. On a 1 Mbit/s link one chunk takes 16 s, so every piece was re-sent, the copies filled the link and
-every download of a 19 MB model failed ("retry failed after 60.00 seconds"), the site starting again from scratch.
-TCP already delivers what is sent on a live connection; FLARE's re-send only matters after a reconnect, so waiting
-60 s before it costs a slow link nothing and a broken connection a minute; 600 s lets a transfer ride out a
-10-minute outage."""
+"""Every kit's local/comm_config.json: FLARE's streaming settings that let a slow link take part (measured at 1 and 2
+Mbit/s; by the arithmetic below, a 2 MB answer acknowledged within 60 s, down to about 0.3 Mbit/s). FLARE sends every
+answer to a site's download request (a 2 MB chunk of the model, both ways: the server pulls a site's update the same
+way) as a reliable stream and re-sends a 1 MB piece whose acknowledgement has not come back within
+`streaming_retry_wait` (FLARE: 5 s), failing the stream `streaming_retry_timeout` (FLARE: 60 s) after the first
+re-send. On a 1 Mbit/s link one chunk takes 16 s, so every piece was re-sent, the copies filled the link and every
+download of a 19 MB model failed ("retry failed after 60.00 seconds"), the site starting again from scratch. TCP
+already delivers what is sent on a live connection; FLARE's re-send only matters after a reconnect, so waiting 60 s
+before it costs a slow link nothing and a broken connection a minute; 600 s lets a transfer ride out a 10-minute
+outage."""
 
 
 SITE_ADMISSION = "server_app.admission.SiteAdmission"
