@@ -114,6 +114,21 @@ class FedKTRelay:
         return secure_statistics(SecureAggregation(session, min_sites), announcement.meta, self.send, print, print)
 
 
+def server_results(federation: Federation, job_id: str) -> dict[str, Any]:
+    """The job's results.json as the server writes it after every round (empty before the first)."""
+    path = federation.kit(federation.server) / job_id / "app_server" / "results.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def wait_for_rounds(federation: Federation, job_id: str, rounds: int, timeout: float = 120.0) -> None:
+    """Return once the server has recorded `rounds` completed rounds of the job (polled every 200 ms)."""
+    deadline = time.monotonic() + timeout
+    while len(server_results(federation, job_id).get("rounds", [])) < rounds:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} did not complete {rounds} rounds within {timeout:.0f} s")
+        time.sleep(0.2)
+
+
 def wait_for_server_log(federation: Federation, job_id: str, text: str, timeout: float = 180.0) -> None:
     """Return as soon as the server's log of the job shows `text` (polled every 50 ms): the moment to strike."""
     log = federation.kit(federation.server) / job_id / "log.txt"

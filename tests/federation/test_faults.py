@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from nvflare.fuel.flare_api.flare_api import Session
-from support import ADMIN, SITES, provision_demo_federation, wait_for_server_log
+from support import ADMIN, SITES, provision_demo_federation, wait_for_rounds, wait_for_server_log
 
 from federation_tools.loopback import LoopbackFederation
 from fl_contract.models import build_model
@@ -87,19 +87,6 @@ def _reference_weights(rounds: int) -> list[float]:
     return w.tolist()
 
 
-def _server_results(federation: Federation, job_id: str) -> dict[str, Any]:
-    path = federation.kit(federation.server) / job_id / "app_server" / "results.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def _wait_for_rounds(federation: Federation, job_id: str, rounds: int, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while len(_server_results(federation, job_id).get("rounds", [])) < rounds:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"job {job_id} did not complete {rounds} rounds within {timeout:.0f} s")
-        time.sleep(0.2)
-
-
 def _lost_a_dead_sites_upload(federation: Federation, job_id: str) -> bool:
     """FLARE 2.9's known race: a site killed while its update streams to the server leaves the download pending;
     when the run ends the server job process fails decoding it and exits, so FLARE reports EXECUTION_EXCEPTION for
@@ -121,7 +108,7 @@ def test_abort_stops_within_a_round_and_a_new_submission_never_resumes_it(fault_
     session = loopback.session(ADMIN)
     try:
         job_id = _submit(session, job_dir)
-        _wait_for_rounds(federation, job_id, 2)
+        wait_for_rounds(federation, job_id, 2)
         aborted_at = time.monotonic()
         session.abort_job(job_id)
         outcome = follow_job(session, job_id, timeout=120, progress=None)
@@ -149,7 +136,7 @@ def test_flare_ending_the_run_for_too_few_sites_names_the_site_and_why(fault_fed
     session = loopback.session(ADMIN)
     try:
         job_id = _submit(session, job_dir)
-        _wait_for_rounds(federation, job_id, 2)
+        wait_for_rounds(federation, job_id, 2)
         assert loopback.kill_job_processes("site-2") == 1
         outcome = follow_job(session, job_id, timeout=120, progress=None)
     finally:
@@ -173,10 +160,10 @@ def test_a_site_offline_30_s_and_every_link_down_40_s_leave_a_completed_job(faul
     session = loopback.session(ADMIN)
     try:
         job_id = _submit(session, job_dir)
-        _wait_for_rounds(federation, job_id, 2)
+        wait_for_rounds(federation, job_id, 2)
         with loopback.link_down("site-2"):
             time.sleep(30)
-        _wait_for_rounds(federation, job_id, 4, timeout=180)
+        wait_for_rounds(federation, job_id, 4, timeout=180)
         with loopback.link_down(*SITES):
             time.sleep(40)
         outcome = follow_job(session, job_id, timeout=300, progress=None)
@@ -201,12 +188,12 @@ def test_a_dead_job_process_and_a_dead_site_are_named_and_the_job_finishes_witho
     session = loopback.session(ADMIN)
     try:
         job_id = _submit(session, job_dir)
-        _wait_for_rounds(federation, job_id, 2)
+        wait_for_rounds(federation, job_id, 2)
         assert loopback.kill_job_processes("site-2") == 1
-        _wait_for_rounds(federation, job_id, 3, timeout=60)
+        wait_for_rounds(federation, job_id, 3, timeout=60)
         killed_at = time.monotonic()
         loopback.kill_participant("site-3")
-        _wait_for_rounds(federation, job_id, 4, timeout=60)
+        wait_for_rounds(federation, job_id, 4, timeout=60)
         noticed_in = time.monotonic() - killed_at
         loopback.bring_up(ADMIN)  # site-3 again, mid-job
         outcome = follow_job(session, job_id, timeout=300, progress=None)
@@ -236,7 +223,7 @@ def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_f
         job_id = _submit(session, job_dir)
         with ThreadPoolExecutor(1) as follower:
             following = follower.submit(follow_job, session, job_id, 300, True, said.append)
-            _wait_for_rounds(federation, job_id, 3)
+            wait_for_rounds(federation, job_id, 3)
             loopback.kill_participant(federation.server)
             loopback.bring_up(ADMIN)
             outcome = following.result()
@@ -277,9 +264,9 @@ def test_job_kind_survives_a_dead_site_a_server_restart_and_an_abort(fault_feder
     session = loopback.session(ADMIN)
     try:
         job_id = _submit(session, job_dir)
-        _wait_for_rounds(federation, job_id, 1, timeout=300)
+        wait_for_rounds(federation, job_id, 1, timeout=300)
         loopback.kill_participant("site-3")
-        _wait_for_rounds(federation, job_id, 2, timeout=120)
+        wait_for_rounds(federation, job_id, 2, timeout=120)
         loopback.kill_participant(federation.server)  # at once: the last round must still be ahead
     finally:
         session.close()
@@ -288,7 +275,7 @@ def test_job_kind_survives_a_dead_site_a_server_restart_and_an_abort(fault_feder
     try:
         resumed = follow_job(session, job_id, timeout=600, progress=None)
         aborted_id = _submit(session, job_dir)
-        _wait_for_rounds(federation, aborted_id, 1, timeout=300)
+        wait_for_rounds(federation, aborted_id, 1, timeout=300)
         session.abort_job(aborted_id)
         aborted = follow_job(session, aborted_id, timeout=120, progress=None)
     finally:

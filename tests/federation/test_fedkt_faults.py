@@ -9,15 +9,13 @@ by PID (SIGKILL).
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from support import ADMIN, wait_for_server_log
+from support import ADMIN, wait_for_rounds, wait_for_server_log
 
 from federation_tools.loopback import LoopbackFederation, free_port
 from fl_contract.classes import PLAYERFL_CLASSES
@@ -137,19 +135,6 @@ MASKED = SegmentationParams(num_rounds=2, min_clients=3, tracking=False, secure_
                             update_l2_bound=100.0, **CPU_DEMO)
 
 
-def _server_results(federation: Federation, job_id: str) -> dict:
-    path = federation.kit(federation.server) / job_id / "app_server" / "results.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def _wait_for_rounds(federation: Federation, job_id: str, rounds: int, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while len(_server_results(federation, job_id).get("rounds", [])) < rounds:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"job {job_id} did not complete {rounds} rounds within {timeout:.0f} s")
-        time.sleep(0.2)
-
-
 @pytest.mark.timeout(900)  # four jobs of segmentation training on the CPU
 def test_a_masked_segmentation_job_survives_a_dead_site_a_server_restart_and_an_abort(fedkt_federation, tmp_path):
     """site-4's job process killed once the server has round 1's keys: the round completes with the other three.
@@ -165,7 +150,7 @@ def test_a_masked_segmentation_job_survives_a_dead_site_a_server_restart_and_an_
         job_id = str(session.submit_job(str(job_dir)))
         wait_for_server_log(federation, job_id, "(threshold 3); requesting shares")
         killed = loopback.kill_job_processes("site-4")
-        _wait_for_rounds(federation, job_id, 1)
+        wait_for_rounds(federation, job_id, 1, timeout=300)
         loopback.stop_participant("site-4")  # the rest of the run, and the plain reference, on the other three
         loopback.kill_participant(federation.server)
     finally:
