@@ -15,7 +15,7 @@ from fl_contract.params import FederationParams, JobParams
 from fl_contract.version import AGENT_VERSION, AGENT_VERSION_KEY
 from jobs.registry import server_allow_list, site_allow_list
 from jobs.spec import JobKind
-from server_app.transfers import TransferMeter
+from server_app.transfers import METER_ID, TransferMeter
 from site_agent.transfers import TaskClock
 
 APP_PACKAGES = ["fl_contract", "site_agent", "server_app"]
@@ -51,7 +51,7 @@ def build_job(kind: JobKind[Any], params: JobParams | None = None) -> FedJob:
     job.to_clients(site_task)
     for extra in extras.site:
         job.to_clients(extra.instantiate(), id=extra.id)
-    job.to_server(TransferMeter(), id="transfer_meter")  # bytes and transfer time per site and round
+    job.to_server(TransferMeter(), id=METER_ID)  # bytes and transfer time per site and round
     job.to_clients(TaskClock(), id="task_clock")
     return job
 

@@ -43,6 +43,7 @@ from server_app.checkpoint import Resumed, ResumeRefused, RunCheckpoint, workflo
 from server_app.masked_round import MetaCheck, masked_intake
 from server_app.results import RunRecorder
 from server_app.site_watch import LATE_SITE_WAIT_S, SiteAwareController, in_words
+from server_app.transfers import METER_ID, TransferMeter
 
 
 class RoundInterrupted(RuntimeError):
@@ -57,6 +58,7 @@ class RoundWorkflow(SiteAwareController):
     sent_params: Params  # masked rounds: the global values the last training task sent
     _session: str  # masked rounds: this send's secure-aggregation session
     _sends: Iterator[int]  # every send of a round opens a new session
+    _round_index: int  # the round being sent
 
     # --- the loop -------------------------------------------------------------------------------------------------
 
@@ -90,6 +92,9 @@ class RoundWorkflow(SiteAwareController):
             entry: dict[str, Any] = {"round": round_index + 1, **intake.record(), "outcomes": self.outcomes(intake)}
             if waited:
                 entry["waited_for_sites"] = waited
+            meter = self.engine.get_component(METER_ID)
+            if isinstance(meter, TransferMeter):
+                entry["transfers"] = meter.summary()["rounds"].get(str(round_index + 1), {})
             self.aggregate(round_index, intake, entry)
             self.recorder.add_round(entry)
             state, params = self.checkpoint_state()
@@ -104,6 +109,7 @@ class RoundWorkflow(SiteAwareController):
         waited: dict[str, Any] = {}
         while True:
             self._session = f"{self.fl_ctx.get_job_id()}/round-{round_index + 1}/send-{next(self._sends)}"
+            self._round_index = round_index
             results = self.send_round(round_index)
             if self.abort_signal.triggered:
                 self.stopped(f"round {round_index + 1}", results, round_index)
@@ -162,6 +168,7 @@ class RoundWorkflow(SiteAwareController):
         """One secure-aggregation task to `targets`; the answers by site. Waits for all of them, or for
         `late_site_wait_s` once the threshold answered (a site FLARE deems dead ends it sooner)."""
         threshold = int(data.meta.get(messages.THRESHOLD, 0)) or self.job.min_clients
+        data.current_round = self._round_index  # the round its bytes and time count towards (transfers.json)
         results = self.broadcast_model(data=data, task_name=task, targets=targets, min_responses=threshold,
                                        wait_time_after_min_received=LATE_SITE_WAIT_S)
         if self.abort_signal.triggered:

@@ -42,6 +42,7 @@ from nvflare.app_common.app_constant import AppConstants
 from fl_contract.transfers import SITE_TASK_SECONDS
 
 TRANSFERS_FILE = "transfers.json"
+METER_ID = "transfer_meter"  # the component id every job gives the meter (jobs.common); the workflow finds it by it
 FAILED_FETCHES = 2
 """A site that had to fetch one task this many times more (each a failed download) is named as failing."""
 FAILED_STREAMS = 2

@@ -60,6 +60,9 @@ class _Engine:
     def get_workspace(self) -> _Workspace:
         return self.workspace
 
+    def get_component(self, component_id: str) -> None:
+        return None  # no FLARE components in one process (the transfer meter measures FLARE's transport)
+
 
 class _Communicator:
     """FLARE's view of site connections: in one process no site ever disconnects."""

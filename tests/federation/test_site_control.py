@@ -257,6 +257,9 @@ def test_a_site_requiring_masked_weights_refuses_plain_ones_and_records_the_mask
     assert secure.completed, secure.status
     results = secure.results()
     assert [r["secure_aggregation"]["survivors"] for r in results["rounds"]] == [["site-1", "site-2", "site-3"]] * 2
+    for entry in results["rounds"]:  # every task of the masked round is metered, per site, in results.json
+        assert {site: sorted(row["task"] for row in rows) for site, rows in entry["transfers"].items()} == {
+            site: ["masked_update", "shares", "train", "unmask"] for site in ("site-1", "site-2", "site-3")}
     kit = running_federation.federation.kit("site-1") / "local"
     charged = [e for e in Ledger(kit).entries() if e["job_id"] == secure.job_id]
     assert [e["secure_aggregation"] for e in charged] == [True]
