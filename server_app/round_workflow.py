@@ -96,9 +96,10 @@ class RoundWorkflow(SiteAwareController):
             if isinstance(meter, TransferMeter):
                 entry["transfers"] = meter.summary()["rounds"].get(str(round_index + 1), {})
             self.aggregate(round_index, intake, entry)
-            self.recorder.add_round(entry)
+            # checkpoint first: a round results.json shows as completed is always one a restart resumes after
             state, params = self.checkpoint_state()
-            self.checkpoint.save(round_index + 1, {"rounds": self.recorder.record["rounds"], **state}, params)
+            self.checkpoint.save(round_index + 1, {"rounds": [*self.recorder.record["rounds"], entry], **state}, params)
+            self.recorder.add_round(entry)
         if self.finish_run():
             self.checkpoint.clear()
 

@@ -177,7 +177,7 @@ def test_a_job_edited_to_run_an_unlisted_class_or_read_a_path_is_refused_at_depl
     started = time.monotonic()
     outcome = _submit(running_federation, job_dir)
 
-    _refused_at_deploy(running_federation, outcome, "class subprocess.Popen (components[0])",
+    _refused_at_deploy(running_federation, outcome, "class subprocess.Popen (components[1])",
                        "dataset key dataset='../../../etc' is not one this site maps")
     assert time.monotonic() - started < 30  # at deploy, not at the first round's start
 
