@@ -19,10 +19,8 @@ from nvflare.apis.fl_constant import FLMetaKey
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from fl_contract import secure_aggregation_messages as messages
-from fl_contract.fedkt_csd import MIN_SITES
 from fl_contract.masked_weights import GROUPS, TASK_MASKED, WeightGroups
-from site_agent.policy import PolicyInForce
-from site_agent.secure_aggregation import SecureAggregationSite
+from site_agent.secure_aggregation import SecureAggregationSite, site_floor
 from site_agent.secure_aggregation_identity import SigningIdentity
 
 TASKS = (messages.TASK_SHARES, TASK_MASKED, messages.TASK_UNMASK)
@@ -54,9 +52,7 @@ class MaskedUpdates:
                                    (trained.meta or {}).get(FLMetaKey.NUM_STEPS_CURRENT_ROUND, 0), self.l2_bound)
         except ValueError as err:  # MaskedUpdateError included
             raise RuntimeError(f"site {self.site}: its update is not sent: {err}") from err
-        policy = PolicyInForce.read(kit / "local").policy
-        floor = max(MIN_SITES, policy.min_secure_aggregation_sites if policy else MIN_SITES)
-        self._secagg = SecureAggregationSite(self.site, str(session), floor, SigningIdentity.from_kit(kit))
+        self._secagg = SecureAggregationSite(self.site, str(session), site_floor(kit), SigningIdentity.from_kit(kit))
         self._vector = vector
         clear = {k: v for k, v in (trained.meta or {}).items() if k != FLMetaKey.NUM_STEPS_CURRENT_ROUND}
         return FLModel(params=messages.keys_params(self._secagg.advertised), metrics=trained.metrics, meta=clear)

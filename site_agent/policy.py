@@ -234,16 +234,19 @@ def privacy_refusal(policy: SitePolicy, privacy: SitePrivacy) -> str:
             return ("this site sends weights only masked (require_secure_aggregation): submit the job with "
                     "secure_aggregation and an update_l2_bound")
         if privacy.min_clients < policy.min_secure_aggregation_sites:
-            return (f"this site joins secure aggregations of at least {policy.min_secure_aggregation_sites} sites; the "
-                    f"job needs only min_clients={privacy.min_clients}")
+            return _too_few_sites(policy, privacy)
     if privacy.release == DP_STATISTICS:
         if privacy.epsilon is None or privacy.delta is None or privacy.epsilon > policy.max_release_epsilon:
             return (f"this site allows a release epsilon of at most {policy.max_release_epsilon}; the job declares "
                     f"epsilon={privacy.epsilon}, delta={privacy.delta}")
         if privacy.min_clients < policy.min_secure_aggregation_sites:
-            return (f"this site joins secure aggregations of at least {policy.min_secure_aggregation_sites} sites; the "
-                    f"job needs only min_clients={privacy.min_clients}")
+            return _too_few_sites(policy, privacy)
     return ""
+
+
+def _too_few_sites(policy: SitePolicy, privacy: SitePrivacy) -> str:
+    return (f"this site joins secure aggregations of at least {policy.min_secure_aggregation_sites} sites; the job "
+            f"needs only min_clients={privacy.min_clients}")
 
 
 def job_refusal(policy: SitePolicy, role: str, privacy: SitePrivacy) -> str:

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
+from fl_contract.fedkt_csd import MIN_SITES
 from fl_contract.fedkt_csd.wire import RING_DTYPE
 from fl_contract.secure_aggregation import (
     KEY_BYTES,
@@ -35,7 +37,15 @@ from fl_contract.secure_aggregation import (
     pairwise_seeds,
     split_secret,
 )
+from site_agent.policy import PolicyInForce
 from site_agent.secure_aggregation_identity import SigningIdentity
+
+
+def site_floor(kit: Path) -> int:
+    """The fewest shares this site lets reconstruct its secrets, so the fewest sites a sum it joins may hold: its
+    policy's `min_secure_aggregation_sites`, never below MIN_SITES (with two, each could subtract its own part)."""
+    policy = PolicyInForce.read(kit / "local").policy
+    return max(MIN_SITES, policy.min_secure_aggregation_sites if policy else MIN_SITES)
 
 
 class SecureAggregationSite:

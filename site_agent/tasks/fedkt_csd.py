@@ -17,7 +17,7 @@ from typing import Any
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from fl_contract import secure_aggregation_messages as messages
-from fl_contract.fedkt_csd import MIN_SITES, protocol
+from fl_contract.fedkt_csd import protocol
 from fl_contract.fedkt_csd.classifier import build_classifier, evaluate_classifier
 from fl_contract.job_params import FedKTCSDParams, job_params
 from fl_contract.job_privacy import DP_STATISTICS
@@ -25,8 +25,7 @@ from fl_contract.models import load_numpy_params
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
 from site_agent.fedkt_csd.export import ExportSettings, payload_sha256, read_export
 from site_agent.fedkt_csd.site_data import load_split, read_images, statistics_vector
-from site_agent.policy import PolicyInForce
-from site_agent.secure_aggregation import SecureAggregationSite
+from site_agent.secure_aggregation import SecureAggregationSite, site_floor
 from site_agent.secure_aggregation_identity import SigningIdentity
 from site_agent.tasks.executor import SiteContext, TaskExecutor
 
@@ -51,10 +50,9 @@ class FedKTCSDTask(TaskExecutor):
         self._loaded = load_autoencoder(ctx.data_dir(self.job.autoencoder), ctx.device)
         session = protocol.check_announcement(model.meta, ctx.site_name, self.classes, self.job.image_size,
                                               self._loaded.identity)
-        policy = PolicyInForce.read(ctx.workspace_dir / "local").policy  # the site's floor, if it set one
-        floor = max(MIN_SITES, policy.min_secure_aggregation_sites if policy else MIN_SITES)
         identity = SigningIdentity.from_kit(ctx.workspace_dir)  # None in the simulator: no startup kit
-        self._secagg = SecureAggregationSite(ctx.site_name, session, min_threshold=floor, identity=identity)
+        self._secagg = SecureAggregationSite(ctx.site_name, session, min_threshold=site_floor(ctx.workspace_dir),
+                                             identity=identity)
         return FLModel(params=messages.keys_params(self._secagg.advertised))
 
     def task_shares(self, model: FLModel, ctx: SiteContext) -> FLModel:
