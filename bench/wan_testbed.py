@@ -1,19 +1,27 @@
 """The WAN test bed: a provisioned federation whose sites each sit in a network namespace behind an emulated link
-(federation_tools.wan: veth + `tc tbf`; an outage sets the link down), the server in the root namespace, jobs
-submitted and followed through the FLARE API as `fl-job submit` does. Each case's time is reported as a ratio to
-the LAN run of the same job in the same run (the same namespaces, links unlimited).
+(federation_tools.wan: veth + `tc tbf`, or TUN devices with the userspace link emulator for delay and loss), the
+server in the root namespace, jobs submitted and followed through the FLARE API as `fl-job submit` does. Each case's
+time is reported as a ratio to the LAN run of the same job in the same run (the same namespaces and link kind, links
+unlimited).
 
-Cases (the issue's table, as far as this kernel emulates it: it has no netem, so delay and loss are not run):
+Cases (the issue's table):
 
 - `lan`: every link unlimited (the reference for the ratios), fedavg-linear (20 rounds) and segmentation (demo);
 - `site-down-30s`: site-2's link down 30 s in round 3, min_clients 2 of 3 (fedavg-linear);
 - `site-down-30s-all`: the same with min_clients = all 3;
 - `server-links-down-60s`: every site's link down 60 s (the coordinating centre's firewall reload);
 - `site-1mbit` / `site-2mbit`: site-3 on a 1 or 2 Mbit/s link, one round of segmentation with the BraTS-size
-  SegResNet (18.8 MB of float32 weights) on 16^3 crops of the demo's cases, so that the transfer dominates.
+  SegResNet (18.8 MB of float32 weights) on 16^3 crops of the demo's cases, so that the transfer dominates;
+- `delay-loss-*`: 100 ms +- 25 ms each way (a 200 ms +- 50 ms round trip) and 2% loss each way on every site's
+  link, fedavg-linear and segmentation (demo);
+- `loss10-to-site-*` / `loss10-both-*`: 10% loss on site-2's link towards the site, or both ways.
+
+The delay and loss cases need the emulator link (`--link emulator`; `auto`, the default, takes it when a chosen case
+needs it, else tbf); their LAN references then run on emulator links too.
 
     sudo .venv/bin/python bench/wan_testbed.py --cases lan site-2mbit [--comm-config flare-default]
     sudo .venv/bin/python bench/wan_testbed.py --write-readme            # every case; the table in bench/README.md
+    sudo .venv/bin/python bench/wan_testbed.py --cases lan-linear delay-loss-linear   # on emulator links
 
 `--comm-config flare-default` runs the kits without the streaming settings fl-provision writes
 (provisioning.policy.COMM_CONFIG), to show what they change.
@@ -31,12 +39,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from federation_tools.loopback import LoopbackFederation, free_port
-from federation_tools.wan import EmulatedLink, namespaces_unavailable
+from federation_tools.wan import LINK_KINDS, EmulatedLink, namespaces_unavailable
 from fl_contract.params import JobParams
 from jobs.admin import follow_job
 from jobs.common import build_job, export
@@ -64,6 +72,7 @@ class WanFederation:
 
     federation: Federation
     loopback: LoopbackFederation
+    link_kind: str
     links: dict[str, EmulatedLink] = field(default_factory=dict)
 
     def session(self) -> Any:
@@ -85,17 +94,18 @@ def provision_wan_federation(workspace: Path, comm_config: bool = True) -> Feder
 
 
 @contextmanager
-def wan_federation(workspace: Path, comm_config: bool = True) -> Iterator[WanFederation]:
-    """Server up in the root namespace, every site in its own namespace (links unlimited), all registered."""
+def wan_federation(workspace: Path, comm_config: bool = True, link_kind: str = "tbf") -> Iterator[WanFederation]:
+    """Server up in the root namespace, every site in its own namespace behind a `link_kind` link (unlimited), all
+    registered; on the way out (also on failure) the sites and server are stopped, then the links removed."""
     federation = provision_wan_federation(workspace, comm_config)
     port = int(json.loads((federation.kit(SITES[0]) / "startup" / "fed_client.json").read_text())["servers"][0]
                ["service"]["target"].rsplit(":", 1)[1])
     with ExitStack() as stack:
         loopback = stack.enter_context(LoopbackFederation(federation))
         loopback.start_server()
-        wan = WanFederation(federation, loopback)
+        wan = WanFederation(federation, loopback, link_kind)
         for site in SITES:
-            wan.links[site] = stack.enter_context(EmulatedLink(relay_ports=(port,)))
+            wan.links[site] = stack.enter_context(EmulatedLink(relay_ports=(port,), kind=link_kind))
             loopback.start_site(site, prefix=tuple(wan.links[site].command()))
         loopback.wait_for_sites(ADMIN, SITES, timeout=120)
         yield wan
@@ -122,6 +132,11 @@ class Case:
     reference: str  # the lan job whose time this case is a ratio to
     during: Callable[[WanFederation, str], None] = lambda wan, job_id: None
     rate_mbit: dict[str, float] = field(default_factory=dict)
+    link: dict[str, dict[str, float]] = field(default_factory=dict)  # per site: delay and loss (emulator links)
+
+    @property
+    def needs_emulator(self) -> bool:
+        return bool(self.link)
 
 
 def _after_round(wan: WanFederation, job_id: str, done: int, timeout: float = 300.0) -> None:
@@ -147,6 +162,10 @@ def _outage(sites: list[str], seconds: float, after_rounds: int = 2) -> Callable
     return run
 
 
+DELAY_LOSS = {"delay_ms": 100.0, "jitter_ms": 25.0, "loss_to_site": 0.02, "loss_from_site": 0.02}
+DELAY_LOSS_CONDITION = "100 ms +- 25 ms each way (200 ms +- 50 ms round trip) and 2% loss each way on every site link"
+LOSSY = "site-2"
+
 CASES = [
     Case("lan-linear", "every link unlimited (LAN)", _linear, "lan-linear"),
     Case("lan-segmentation", "every link unlimited (LAN)", _segmentation, "lan-segmentation"),
@@ -161,14 +180,27 @@ CASES = [
          rate_mbit={"site-3": 2.0}),
     Case("site-1mbit", "site-3 on a 1 Mbit/s link, BraTS-size model", _segmentation_19mb, "lan-segmentation-19mb",
          rate_mbit={"site-3": 1.0}),
+    Case("delay-loss-linear", DELAY_LOSS_CONDITION, _linear, "lan-linear", link=dict.fromkeys(SITES, DELAY_LOSS)),
+    Case("delay-loss-segmentation", DELAY_LOSS_CONDITION, _segmentation, "lan-segmentation",
+         link=dict.fromkeys(SITES, DELAY_LOSS)),
+    Case("loss10-to-site-linear", f"10% loss on {LOSSY}'s link towards the site", _linear, "lan-linear",
+         link={LOSSY: {"loss_to_site": 0.1}}),
+    Case("loss10-to-site-segmentation", f"10% loss on {LOSSY}'s link towards the site", _segmentation,
+         "lan-segmentation", link={LOSSY: {"loss_to_site": 0.1}}),
+    Case("loss10-both-linear", f"10% loss on {LOSSY}'s link both ways", _linear, "lan-linear",
+         link={LOSSY: {"loss_to_site": 0.1, "loss_from_site": 0.1}}),
+    Case("loss10-both-segmentation", f"10% loss on {LOSSY}'s link both ways", _segmentation, "lan-segmentation",
+         link={LOSSY: {"loss_to_site": 0.1, "loss_from_site": 0.1}}),
 ]
+_CLEAR = {"delay_ms": 0.0, "jitter_ms": 0.0, "loss_to_site": 0.0, "loss_from_site": 0.0, "mbit": 0.0}
 
 
 def run_case(wan: WanFederation, case: Case, jobs_dir: Path, timeout: float = 1800.0) -> dict[str, Any]:
     kind, params = case.job()
     job_dir = export(build_job(kind, params), jobs_dir / case.name)
     for site, link in wan.links.items():
-        link.set_rate(case.rate_mbit.get(site, 0.0))
+        link.set_conditions(**{**_CLEAR, **case.link.get(site, {}), "mbit": case.rate_mbit.get(site, 0.0)})
+    counters_before = _counters(wan)
     session = wan.session()
     try:
         start = time.monotonic()
@@ -180,8 +212,9 @@ def run_case(wan: WanFederation, case: Case, jobs_dir: Path, timeout: float = 18
         during.join(timeout=300)
     finally:
         session.close()
+        counters = _counters(wan, counters_before)
         for link in wan.links.values():
-            link.set_rate(0.0)
+            link.set_conditions(**_CLEAR)
     results = outcome.results() if outcome.completed else {}
     rounds = results.get("rounds", [])
     return {"case": case.name, "condition": case.condition, "kind": kind.name, "job_id": job_id,
@@ -190,7 +223,18 @@ def run_case(wan: WanFederation, case: Case, jobs_dir: Path, timeout: float = 18
             "sites_per_round": [sorted(r.get("sites", [])) for r in rounds],
             "waited": [r.get("waited_for_sites") for r in rounds if r.get("waited_for_sites")],
             "links": describe(read_transfers(outcome.server_app_dir())) if outcome.result_dir else [],
-            "reference": case.reference}
+            "reference": case.reference, "link_kind": wan.link_kind, "packets": counters}
+
+
+def _counters(wan: WanFederation, before: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Per site and direction, the emulator's packet counters (since `before`); empty for tbf links."""
+    if wan.link_kind != "emulator":
+        return {}
+    now = {site: {d: asdict(c) for d, c in link.counters().items()} for site, link in wan.links.items()}
+    if before is None:
+        return now
+    return {site: {d: {k: v - before[site][d][k] for k, v in c.items()} for d, c in dirs.items()}
+            for site, dirs in now.items()}
 
 
 def _notes(row: dict[str, Any]) -> str:
@@ -204,6 +248,11 @@ def _notes(row: dict[str, Any]) -> str:
     slow = SITES[-1]  # the site the bandwidth cases slow down; fedavg-linear's 8-byte rows say nothing
     notes += [line for line in row.get("links", []) if line.startswith(f"{slow}:")
               and not line.startswith(f"{slow}: 0.0 MB")]
+    for site, directions in row.get("packets", {}).items():  # emulator links: what the loss took
+        lost = [f"{c['dropped_loss']} of {c['received']} packets {d.replace('_', ' ')} lost"
+                for d, c in directions.items() if c["dropped_loss"]]
+        if lost:
+            notes.append(f"{site}: {', '.join(lost)}")
     return "; ".join(notes) or "every site in every round"
 
 
@@ -213,7 +262,8 @@ def table(rows: list[dict[str, Any]]) -> str:
              "| --- | --- | --- | --- | ---: | ---: | ---: | --- |"]
     for r in rows:
         ratio = f"{r['seconds'] / times[r['reference']]:.2f}x" if r["reference"] in times else "n/a"
-        lines.append(f"| {r['case']} | {r['condition']} | {r['kind']} | {r['status']} | {r['rounds']} | "
+        condition = r["condition"] + (" (emulator links)" if r.get("link_kind") == "emulator" else "")
+        lines.append(f"| {r['case']} | {condition} | {r['kind']} | {r['status']} | {r['rounds']} | "
                      f"{r['seconds']:.0f} | {ratio} | {_notes(r)} |")
     return "\n".join(lines)
 
@@ -222,20 +272,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="+", default=[c.name for c in CASES], choices=[c.name for c in CASES])
     parser.add_argument("--comm-config", choices=("kit", "flare-default"), default="kit")
+    parser.add_argument("--link", choices=("auto", *LINK_KINDS), default="auto",
+                        help="the sites' link kind (auto: the emulator if a chosen case has delay or loss, else tbf)")
     parser.add_argument("--workspace", type=Path)
     parser.add_argument("--json", type=Path, help="write every case's row here")
     parser.add_argument("--write-readme", action="store_true")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop = clean up: processes, namespaces
-    reason = namespaces_unavailable()
+    cases = [c for c in CASES if c.name in args.cases]
+    link_kind = args.link if args.link != "auto" else "emulator" if any(c.needs_emulator for c in cases) else "tbf"
+    if link_kind == "tbf" and any(c.needs_emulator for c in cases):
+        parser.error(f"cases {[c.name for c in cases if c.needs_emulator]} emulate delay or loss: --link emulator")
+    reason = namespaces_unavailable(link_kind)
     if reason:
         print(f"cannot run the WAN test bed here: {reason}", file=sys.stderr)
         return 2
     workspace = args.workspace or Path(tempfile.mkdtemp(prefix="wan-testbed-"))
     rows = []
     try:
-        with wan_federation(workspace, comm_config=args.comm_config == "kit") as wan:
-            for case in (c for c in CASES if c.name in args.cases):
+        with wan_federation(workspace, comm_config=args.comm_config == "kit", link_kind=link_kind) as wan:
+            for case in cases:
                 row = run_case(wan, case, workspace / "jobs")
                 print(json.dumps(row), flush=True)
                 rows.append(row)

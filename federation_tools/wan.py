@@ -1,20 +1,26 @@
 """Sites behind an emulated WAN link: each in a network namespace of its own, the server in the root namespace.
 
-The link is a veth pair (site namespace <-> root namespace) whose two ends each carry a `tc tbf` token bucket, so the
-rate holds both ways; an outage sets the site's end down (packets are dropped, TCP connections survive as on a real
-outage). This kernel has no `netem`, so delay and loss are not emulated here.
+A link is one of two kinds (`kind`):
+
+- `tbf`: a veth pair (site namespace <-> root namespace) whose two ends each carry a `tc tbf` token bucket, so the
+  rate holds both ways; an outage sets the site's end down (packets are dropped, TCP connections survive as on a
+  real outage). Rate and outage only: this kernel has no `netem`, so no delay or loss.
+- `emulator`: a pair of TUN devices (one in each namespace, point-to-point addresses) with the userspace emulator
+  between them (federation_tools.link_emulator, a process of its own, stopped by PID on exit): delay and jitter,
+  loss per direction, rate and outage (every packet dropped), all changeable while the link runs. It costs CPU per
+  packet, the tbf link none.
 
 A loopback federation's server is named `localhost` and listens on 127.0.0.1, which a namespace cannot reach, and a
 site's own processes talk to each other on the namespace's 127.0.0.1, which must stay theirs. So two relays carry
 the server's port across the link, bytes unchanged: one listening on the namespace's 127.0.0.1:PORT (its socket made
 by a thread that joined the namespace, setns(2)) connects across the veth to the root end, where the other passes it
 to the server's 127.0.0.1:PORT. The site's kit, its mutual TLS and FLARE's own transport are untouched; both relays
-run in the caller's process. Needs root and iproute2 (`ip`, `tc`); `namespaces_unavailable()` says why not.
+run in the caller's process. Needs root and iproute2 (`ip`, `tc`), and /dev/net/tun for the emulator;
+`namespaces_unavailable(kind)` says why not.
 """
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import os
 import shutil
@@ -24,15 +30,17 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
-_NETNS_RUN = Path("/run/netns")
-_CLONE_NEWNET = 0x40000000
+from federation_tools.link_emulator import Conditions, Counters, LinkEmulator, join_namespace
+
+LINK_KINDS = ("tbf", "emulator")
 _counter = itertools.count()
 
 
 class WanUnavailable(RuntimeError):
-    """Network namespaces or `tc tbf` cannot be made on this machine; the message says what is missing."""
+    """Network namespaces, `tc tbf` or the emulator's TUN devices cannot be made here, or a link kind cannot
+    emulate what was asked; the message says what is missing."""
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -47,33 +55,45 @@ def _tbf(namespace: str | None, device: str, mbit: float) -> None:
                     "burst", str(burst), "latency", "1000ms"], capture_output=True, text=True, check=True, timeout=10)
 
 
-def namespaces_unavailable() -> str | None:
-    """Why sites cannot be put behind emulated links here (None: they can): root, `ip`, `tc` and a namespace with
-    a veth pair carrying tbf are needed."""
+def namespaces_unavailable(kind: str = "tbf") -> str | None:
+    """Why sites cannot be put behind emulated links of `kind` here (None: they can): root, `ip`, `tc` and a
+    namespace with a veth pair carrying tbf (kind tbf) or a TUN pair with the emulator running (kind emulator)."""
     if os.geteuid() != 0:
         return "network namespaces need root"
     missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
     if missing:
         return f"{' and '.join(missing)} not installed (iproute2)"
+    if kind == "emulator" and not os.path.exists("/dev/net/tun"):
+        return "no /dev/net/tun: the link emulator needs TUN devices"
     try:
-        with EmulatedLink(mbit=100.0, relay_ports=()):
+        with EmulatedLink(mbit=100.0, relay_ports=(), kind=kind):
             return None
-    except (WanUnavailable, subprocess.CalledProcessError, OSError) as exc:
-        return f"cannot make a namespace behind a tbf link: {exc}"
+    except (WanUnavailable, subprocess.CalledProcessError, OSError, RuntimeError) as exc:
+        return f"cannot make a namespace behind a {kind} link: {exc}"
 
 
 @dataclass
 class EmulatedLink:
-    """One site's namespace behind a `mbit` Mbit/s link (0: unlimited); `relay_ports` are the server's ports on
-    127.0.0.1 that the namespace reaches as localhost:PORT. Use as a context manager; `command` prefixes a command
-    line to run it inside."""
+    """One site's namespace behind a `mbit` Mbit/s link (0: unlimited) of `kind` (module docstring); `relay_ports`
+    are the server's ports on 127.0.0.1 that the namespace reaches as localhost:PORT. `delay_ms` (one way, so the
+    round trip is twice it), `jitter_ms` and the losses (fractions, per direction) need kind `emulator`. Use as a
+    context manager; `command` prefixes a command line to run it inside."""
 
     mbit: float = 0.0
     relay_ports: tuple[int, ...] = ()
+    kind: str = "tbf"
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    loss_to_site: float = 0.0
+    loss_from_site: float = 0.0
     name: str = field(default_factory=lambda: f"hfl{os.getpid() % 100000}x{next(_counter)}")
     _relays: list[_Relay] = field(default_factory=list, init=False)
+    _emulator: LinkEmulator | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
+        if self.kind not in LINK_KINDS:
+            raise WanUnavailable(f"unknown link kind {self.kind!r}; known: {', '.join(LINK_KINDS)}")
+        self._check_kind(self.delay_ms, self.jitter_ms, self.loss_to_site, self.loss_from_site)
         index = next(_counter) % 250 + 1
         subnet = os.getpid() % 200 + 20
         self.root_address, self.site_address = f"10.{subnet}.{index}.1", f"10.{subnet}.{index}.2"
@@ -82,9 +102,38 @@ class EmulatedLink:
     def command(self, *argv: str) -> list[str]:
         return ["ip", "netns", "exec", self.name, *argv]
 
+    def _check_kind(self, *delay_and_loss: float) -> None:
+        if self.kind == "tbf" and any(delay_and_loss):
+            raise WanUnavailable("a tbf link emulates rate and outage only (this kernel has no netem): "
+                                 "use kind='emulator' for delay, jitter or loss")
+
+    def conditions(self) -> Conditions:
+        return Conditions(self.delay_ms, self.jitter_ms, self.loss_to_site, self.loss_from_site, self.mbit)
+
+    def set_conditions(self, **update: Any) -> None:
+        """Change any of Conditions' fields but `down` (use `down()`): delay_ms, jitter_ms, loss_to_site,
+        loss_from_site, mbit."""
+        new = self.conditions().changed(update)  # checks names and values
+        self._check_kind(new.delay_ms, new.jitter_ms, new.loss_to_site, new.loss_from_site)
+        self.delay_ms, self.jitter_ms = new.delay_ms, new.jitter_ms
+        self.loss_to_site, self.loss_from_site = new.loss_to_site, new.loss_from_site
+        if self._emulator is not None:
+            self._emulator.set(**{k: v for k, v in update.items() if k != "mbit"})
+        if "mbit" in update:
+            self.set_rate(new.mbit)
+
+    def counters(self) -> dict[str, Counters]:
+        """The emulator's packet counters per direction (to_site, from_site); kind emulator only."""
+        if self._emulator is None:
+            raise WanUnavailable(f"link {self.name} is a {self.kind} link: only the emulator counts packets")
+        return self._emulator.counters()
+
     def set_rate(self, mbit: float) -> None:
         """Change the link's rate both ways (0: unlimited)."""
         self.mbit = mbit
+        if self._emulator is not None:
+            self._emulator.set(mbit=mbit)
+            return
         for namespace, device in ((None, self.root_device), (self.name, self.site_device)):
             if mbit:
                 _tbf(namespace, device, mbit)
@@ -95,7 +144,15 @@ class EmulatedLink:
 
     @contextmanager
     def down(self) -> Iterator[None]:
-        """The link down for the duration (the site's end of the veth set down), then up again."""
+        """The link down for the duration (tbf: the site's end of the veth set down; emulator: every packet dropped,
+        both ways), then up again."""
+        if self._emulator is not None:
+            self._emulator.set(down=True)
+            try:
+                yield
+            finally:
+                self._emulator.set(down=False)
+            return
         _ip("-n", self.name, "link", "set", self.site_device, "down")
         try:
             yield
@@ -111,15 +168,25 @@ class EmulatedLink:
         except subprocess.CalledProcessError as exc:
             raise WanUnavailable(f"ip netns add failed: {exc.stderr.strip()}") from exc
         try:
-            _ip("link", "add", self.root_device, "type", "veth", "peer", "name", self.site_device)
-            _ip("link", "set", self.site_device, "netns", self.name)
-            _ip("addr", "add", f"{self.root_address}/30", "dev", self.root_device)
+            if self.kind == "tbf":
+                _ip("link", "add", self.root_device, "type", "veth", "peer", "name", self.site_device)
+                _ip("link", "set", self.site_device, "netns", self.name)
+                _ip("addr", "add", f"{self.root_address}/30", "dev", self.root_device)
+                _ip("-n", self.name, "addr", "add", f"{self.site_address}/30", "dev", self.site_device)
+            else:
+                _ip("tuntap", "add", "dev", self.root_device, "mode", "tun")
+                _ip("tuntap", "add", "dev", self.site_device, "mode", "tun")
+                _ip("link", "set", self.site_device, "netns", self.name)
+                _ip("addr", "add", self.root_address, "peer", self.site_address, "dev", self.root_device)
+                _ip("-n", self.name, "addr", "add", self.site_address, "peer", self.root_address, "dev",
+                    self.site_device)
             _ip("link", "set", self.root_device, "up")
-            _ip("-n", self.name, "addr", "add", f"{self.site_address}/30", "dev", self.site_device)
             _ip("-n", self.name, "link", "set", self.site_device, "up")
             _ip("-n", self.name, "link", "set", "lo", "up")
             _ip("-n", self.name, "route", "add", "default", "via", self.root_address)
-            if self.mbit:
+            if self.kind == "emulator":
+                self._emulator = LinkEmulator(self.name, self.root_device, self.site_device, self.conditions())
+            elif self.mbit:
                 self.set_rate(self.mbit)
             for port in self.relay_ports:
                 self._relays.append(_Relay((self.root_address, port), ("127.0.0.1", port)))
@@ -132,16 +199,30 @@ class EmulatedLink:
     def __exit__(self, *exc: object) -> None:
         for relay in self._relays:
             relay.close()
-        _ip("link", "del", self.root_device, check=False)  # removes its peer too
+        if self._emulator is not None:
+            self._emulator.stop()
+            self._emulator = None
+        _ip("link", "del", self.root_device, check=False)  # a veth's peer goes with it
+        _ip("-n", self.name, "link", "del", self.site_device, check=False)
         _ip("netns", "del", self.name, check=False)
 
+    def site_socket(self, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
+        """A socket made inside the site's namespace (by a thread that joined it); usable from any thread."""
+        made: list[socket.socket | BaseException] = []
 
-def _join_namespace(name: str) -> None:
-    """Move the calling thread (only it) into the named network namespace: sockets it makes belong there."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    with open(_NETNS_RUN / name) as handle:
-        if libc.setns(handle.fileno(), _CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns into network namespace {name} failed")
+        def make() -> None:
+            try:
+                join_namespace(self.name)
+                made.append(socket.socket(family, kind))
+            except BaseException as exc:  # handed to the caller
+                made.append(exc)
+
+        thread = threading.Thread(target=make, name=f"socket in {self.name}")
+        thread.start()
+        thread.join()
+        if isinstance(made[0], BaseException):
+            raise made[0]
+        return made[0]
 
 
 class _Relay:
@@ -164,7 +245,7 @@ class _Relay:
         a connection the target refuses is dropped, and each accepted one gets a pump per direction."""
         try:
             if self.namespace:
-                _join_namespace(self.namespace)
+                join_namespace(self.namespace)
             self.server = socket.create_server(self.listen)
         except BaseException as exc:  # reported by __init__
             self.error = exc
