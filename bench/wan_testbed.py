@@ -227,14 +227,21 @@ def run_case(wan: WanFederation, case: Case, jobs_dir: Path, timeout: float = 18
 
 
 def _counters(wan: WanFederation, before: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Per site and direction, the emulator's packet counters (since `before`); empty for tbf links."""
+    """Per site, the emulator's packet counters per direction and its CPU seconds (since `before`); empty for tbf
+    links."""
     if wan.link_kind != "emulator":
         return {}
-    now = {site: {d: asdict(c) for d, c in link.counters().items()} for site, link in wan.links.items()}
+    now: dict[str, dict[str, Any]] = {}
+    for site, link in wan.links.items():
+        now[site] = {d: asdict(c) for d, c in link.counters().items()}
+        now[site]["cpu_s"] = link.emulator_cpu_seconds()
     if before is None:
         return now
-    return {site: {d: {k: v - before[site][d][k] for k, v in c.items()} for d, c in dirs.items()}
-            for site, dirs in now.items()}
+    for site, fields in now.items():
+        for name, value in fields.items():
+            fields[name] = value - before[site][name] if name == "cpu_s" else {
+                k: v - before[site][name][k] for k, v in value.items()}
+    return now
 
 
 def _notes(row: dict[str, Any]) -> str:
@@ -250,9 +257,12 @@ def _notes(row: dict[str, Any]) -> str:
               and not line.startswith(f"{slow}: 0.0 MB")]
     for site, directions in row.get("packets", {}).items():  # emulator links: what the loss took
         lost = [f"{c['dropped_loss']} of {c['received']} packets {d.replace('_', ' ')} lost"
-                for d, c in directions.items() if c["dropped_loss"]]
+                for d, c in directions.items() if d != "cpu_s" and c["dropped_loss"]]
         if lost:
             notes.append(f"{site}: {', '.join(lost)}")
+    cpu = sum(directions.get("cpu_s", 0.0) for directions in row.get("packets", {}).values())
+    if cpu:
+        notes.append(f"the 3 emulators used {cpu:.1f} s of CPU")
     return "; ".join(notes) or "every site in every round"
 
 
@@ -302,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     if args.write_readme:
-        from bench.readme_section import write_section
+        from readme_section import write_section
 
         write_section("wan_testbed", table(rows))
     return 0

@@ -20,7 +20,8 @@ What a packet goes through, per direction (`to_site`: root -> site, `from_site`:
    reads reordering as loss). So `delay_ms` is one way: a round trip takes twice it.
 
 The process is controlled through its stdin: each line is a JSON object of conditions to change (any of the fields
-of Conditions), answered on stdout by one line of counters (Counters, per direction); EOF on stdin, SIGTERM or SIGINT
+of Conditions), answered on stdout by one line of counters (Counters, per direction, and the CPU seconds the
+process has used); EOF on stdin, SIGTERM or SIGINT
 stop it. It prints `ready` once both devices are attached. LinkEmulator starts, drives and stops it by PID.
 
 Cost: one read and one write system call per packet in Python, at the TUN devices' 1500-byte MTU (kept so that loss
@@ -203,7 +204,8 @@ def _apply(conditions: Conditions, line: bytes, to_site: Counters, from_site: Co
             conditions = conditions.changed(json.loads(line))
         except (ValueError, TypeError) as exc:
             reply["error"] = str(exc)
-    reply.update(conditions=asdict(conditions), to_site=asdict(to_site), from_site=asdict(from_site))
+    reply.update(conditions=asdict(conditions), to_site=asdict(to_site), from_site=asdict(from_site),
+                 cpu_s=time.process_time())
     print(json.dumps(reply), flush=True)
     return conditions
 
@@ -257,6 +259,10 @@ class LinkEmulator:
     def counters(self) -> dict[str, Counters]:
         reply = self._ask({})
         return {name: Counters(**reply[name]) for name in ("to_site", "from_site")}
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the emulator process has used so far."""
+        return float(self._ask({})["cpu_s"])
 
     def stop(self, grace: float = 5.0) -> None:
         if self.process.poll() is None:

@@ -128,6 +128,12 @@ class EmulatedLink:
             raise WanUnavailable(f"link {self.name} is a {self.kind} link: only the emulator counts packets")
         return self._emulator.counters()
 
+    def emulator_cpu_seconds(self) -> float:
+        """CPU seconds the link's emulator process has used; kind emulator only."""
+        if self._emulator is None:
+            raise WanUnavailable(f"link {self.name} is a {self.kind} link: it has no emulator process")
+        return self._emulator.cpu_seconds()
+
     def set_rate(self, mbit: float) -> None:
         """Change the link's rate both ways (0: unlimited)."""
         self.mbit = mbit
