@@ -108,8 +108,9 @@ class FedAvgController(RoundWorkflow):
 
     def _broadcast(self, task_name: str, params: Params, round_index: int,
                    meta: dict[str, Any] | None = None) -> list[FLModel]:
-        """Send `params` to every site; wait for all, or for `late_site_wait_s` after `min_clients` answered."""
-        model = FLModel(params=params, params_type=ParamsType.FULL, current_round=round_index,
+        """Send `params` (in the job's weights encoding) to every site; wait for all, or for `late_site_wait_s`
+        after `min_clients` answered."""
+        model = FLModel(params=self.wire(params), params_type=ParamsType.FULL, current_round=round_index,
                         total_rounds=self.job.num_rounds, meta=meta or {})
         results = self.broadcast_model(data=model, task_name=task_name, min_responses=self.job.min_clients,
                                        wait_time_after_min_received=LATE_SITE_WAIT_S)
@@ -146,4 +147,5 @@ class FedAvgController(RoundWorkflow):
                 "min_clients": self.job.min_clients,
                 "selection_metric": self.selection_metric, "selection_weight": self.selection_weight,
                 "test_metric": self.test_metric, "test_weight": self.test_weight, "seed": self.job.seed,
-                "secure_aggregation": self.masked, "update_l2_bound": getattr(self.job, "update_l2_bound", 0.0)}
+                "secure_aggregation": self.masked, "update_l2_bound": getattr(self.job, "update_l2_bound", 0.0),
+                "weights_encoding": self.weights_encoding}

@@ -135,11 +135,12 @@ class PLayerFLController(RoundWorkflow):
 
     def _send(self, task: str, global_params: Params, layers: list[Layer], shared: int,
               round_index: int) -> list[FLModel]:
-        """Send the first `shared` layers' global values with the method's name to every site; wait for all."""
+        """Send the first `shared` layers' global values (in the job's weights encoding) with the method's name to
+        every site; wait for all."""
         params = {k: global_params[k] for k in prefix_keys(layers, shared)}
         meta = {protocol.METHOD: self.job.method, protocol.SHARED_LAYERS: shared,
                 **(self.secure_meta(params) if task == protocol.TRAIN_TASK else {})}
-        message = FLModel(params=params, params_type=ParamsType.FULL, current_round=round_index,
+        message = FLModel(params=self.wire(params), params_type=ParamsType.FULL, current_round=round_index,
                           total_rounds=self.job.num_rounds, meta=meta)
         results: list[FLModel] = self.send_model_and_wait(task_name=task, data=message)
         return results
@@ -167,7 +168,8 @@ class PLayerFLController(RoundWorkflow):
                 "num_rounds": job.num_rounds, "threshold": job.threshold,
                 "curve_normalisation": job.curve_normalisation, "playerfl_split": job.playerfl_split,
                 "seed": job.seed, "layers": [layer.name for layer in self.layers],
-                "secure_aggregation": job.secure_aggregation, "update_l2_bound": job.update_l2_bound}
+                "secure_aggregation": job.secure_aggregation, "update_l2_bound": job.update_l2_bound,
+                "weights_encoding": job.weights_encoding}
 
 
 def check_layers(update: SiteUpdate, global_params: Params, shared: list[Layer], partial: bool) -> None:

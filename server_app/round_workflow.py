@@ -38,7 +38,16 @@ from fl_contract import secure_aggregation_messages as messages
 from fl_contract.job_params import RoundJob
 from fl_contract.masked_weights import GROUPS, SecureWeightsParams, WeightGroups
 from fl_contract.secure_aggregation import SecureAggregationError
-from server_app.aggregation import Params, RoundIntake, UpdateCheck, site_name, site_outcomes, take_updates
+from fl_contract.weights_encoding import FLOAT32, WeightsEncodingParams, encode_model
+from server_app.aggregation import (
+    Params,
+    RoundIntake,
+    UpdateCheck,
+    encoded_updates,
+    site_name,
+    site_outcomes,
+    take_updates,
+)
 from server_app.checkpoint import Resumed, ResumeRefused, RunCheckpoint, workflow_checkpoint
 from server_app.masked_round import MetaCheck, masked_intake
 from server_app.results import RunRecorder
@@ -55,7 +64,7 @@ class RoundWorkflow(SiteAwareController):
     from the job's JSON) in their constructor and implement the hooks."""
 
     job: RoundJob
-    sent_params: Params  # masked rounds: the global values the last training task sent
+    sent_params: Params  # the global values the last training task sent (float32, before `wire`)
     _session: str  # masked rounds: this send's secure-aggregation session
     _sends: Iterator[int]  # every send of a round opens a new session
     _round_index: int  # the round being sent
@@ -147,7 +156,8 @@ class RoundWorkflow(SiteAwareController):
     def take_round(self, round_index: int, results: list[FLModel]) -> RoundIntake:
         """The round's intake: the sites' validated updates, or with `secure_aggregation` their masked sum."""
         if not self.masked:
-            return take_updates(results, self.site_names(), self.update_check(round_index), self.error)
+            return take_updates(results, self.site_names(), self.update_check(round_index), self.error,
+                                decode=encoded_updates(self.sent_params, self.weights_encoding))
         groups = WeightGroups.of(self.secure_groups(), self.sent_params)
         return masked_intake(results, self.site_names(), self._session, self.job.min_clients, groups,
                              self._send_secure, self.info, self.warning, self.masked_answer_check(round_index))
@@ -157,12 +167,23 @@ class RoundWorkflow(SiteAwareController):
         """The job masks every update (its `secure_aggregation` parameter)."""
         return isinstance(self.job, SecureWeightsParams) and self.job.secure_aggregation
 
+    @property
+    def weights_encoding(self) -> str:
+        """The dtype weights cross the wire in (the job's `weights_encoding`, fl_contract.weights_encoding)."""
+        return self.job.weights_encoding if isinstance(self.job, WeightsEncodingParams) else FLOAT32
+
+    def wire(self, params: Params) -> Params:
+        """A model as it goes to the sites: in the job's `weights_encoding` (float16 halves its bytes; the global
+        model itself stays float32, and with float16 the sites answer with differences from `sent_params`)."""
+        return encode_model(params, self.weights_encoding)
+
     def secure_meta(self, params: Params) -> dict[str, Any]:
-        """What the training task carries besides `params` (the global values it sends): with
-        `secure_aggregation`, this send's session and the groups of the masked vector; otherwise nothing."""
+        """What the training task carries besides `params` (the global values it sends, kept as `sent_params`:
+        what a float16 difference is added to and the masked vector's layout): with `secure_aggregation`, this
+        send's session and the groups of the masked vector; otherwise nothing."""
+        self.sent_params = params
         if not self.masked:
             return {}
-        self.sent_params = params
         return {messages.SESSION: self._session, GROUPS: [list(group) for group in self.secure_groups()]}
 
     def _send_secure(self, task: str, data: FLModel, targets: list[str] | None) -> dict[str, FLModel]:

@@ -9,10 +9,11 @@ from typing import Any
 from fl_contract.aggregation_rules import AGGREGATION_RULES
 from fl_contract.masked_weights import SecureWeightsParams
 from fl_contract.params import RoundParams, param
+from fl_contract.weights_encoding import WeightsEncodingParams
 
 
 @dataclass(frozen=True)
-class FedAvgLinearParams(SecureWeightsParams, RoundParams):
+class FedAvgLinearParams(WeightsEncodingParams, SecureWeightsParams, RoundParams):
     num_rounds: int = param(5, "rounds of FedAvg (reference: 5)", low=1)
     local_steps: int = param(5, "full-batch gradient steps per site and round (reference: 5)", low=1)
     learning_rate: float = param(0.1, "site step size (reference: 0.1)", low=0.0)

@@ -10,10 +10,11 @@ from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.masked_weights import SecureWeightsParams
 from fl_contract.params import ParameterError, RoundParams, param
 from fl_contract.playerfl.protocol import METHODS, NORMALISATIONS
+from fl_contract.weights_encoding import WeightsEncodingParams
 
 
 @dataclass(frozen=True)
-class PLayerFLParams(SecureWeightsParams, RoundParams):
+class PLayerFLParams(WeightsEncodingParams, SecureWeightsParams, RoundParams):
     method: str = param("playerfl", "PLayer-FL or a baseline", choices=METHODS)
     num_rounds: int = param(50, "federation rounds, one local pass of local_epochs each (reference: 50-60)", low=1)
     model: str = param("cnn5", "cnn5 (the paper's ISIC CNN: 5 convolutions, global pooling, 2 linear layers) or "

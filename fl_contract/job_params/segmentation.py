@@ -15,6 +15,7 @@ from fl_contract.labels import LABEL_MAPS
 from fl_contract.masked_weights import SecureWeightsParams
 from fl_contract.params import FederationParams, ParameterError, RoundParams, param
 from fl_contract.segmentation import MODEL, SELECTION_METRIC, TEST_CASES, TEST_METRIC, VAL_CASES, min_roi_divisor
+from fl_contract.weights_encoding import WeightsEncodingParams
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class SegResNetParams(FederationParams):
 
 
 @dataclass(frozen=True)
-class SegmentationParams(SecureWeightsParams, SegResNetParams, RoundParams):
+class SegmentationParams(WeightsEncodingParams, SecureWeightsParams, SegResNetParams, RoundParams):
     num_rounds: int = param(20, "FedAvg rounds; then a validate task scores the final model and a test task "
                                  "the selected one", low=1)
     local_epochs: int = param(1, "passes over the site's training cases per round", low=1)

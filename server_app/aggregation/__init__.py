@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from server_app.aggregation.intake import (
     RoundIntake,
     UpdateCheck,
+    UpdateDecoder,
+    encoded_updates,
     matching,
     missing_sites,
     reported_samples,
@@ -48,6 +50,6 @@ def aggregate(rule: str, updates: Sequence[SiteUpdate], reference: Params | None
     return RULES[rule](updates, **options)
 
 
-__all__ = ["RULES", "Params", "RoundIntake", "SiteUpdate", "UpdateCheck", "UpdateRejected", "aggregate",
-           "check_sample_count", "check_update", "check_updates", "matching", "missing_sites", "reported_samples",
-           "scalar_metrics", "site_name", "site_outcomes", "take_updates"]
+__all__ = ["RULES", "Params", "RoundIntake", "SiteUpdate", "UpdateCheck", "UpdateDecoder", "UpdateRejected",
+           "aggregate", "check_sample_count", "check_update", "check_updates", "encoded_updates", "matching",
+           "missing_sites", "reported_samples", "scalar_metrics", "site_name", "site_outcomes", "take_updates"]

@@ -16,12 +16,15 @@ import numpy as np
 from nvflare.apis.fl_constant import FLMetaKey
 from nvflare.app_common.abstract.fl_model import FLModel
 
+from fl_contract.weights_encoding import FLOAT32, WeightsEncodingError, decode_update
 from server_app.aggregation.updates import Params, SiteUpdate, UpdateRejected, check_update
 
 UNKNOWN_SITE = "unknown site"
 
 UpdateCheck = Callable[[SiteUpdate, Mapping[str, Any]], None]
 """Raises `UpdateRejected` when an update (with its result's meta) may not touch the global model."""
+UpdateDecoder = Callable[[SiteUpdate], SiteUpdate]
+"""The update as the site trained it, from the encoding it crossed the wire in; raises `UpdateRejected`."""
 
 
 def site_name(result: FLModel) -> str:
@@ -100,9 +103,10 @@ class RoundIntake:
 
 
 def take_updates(results: Sequence[FLModel], expected_sites: Iterable[str], check: UpdateCheck,
-                 log_rejection: Callable[[str], None] = lambda message: None) -> RoundIntake:
-    """Validate every result with `check`; the valid ones come back sorted by site name, whatever their arrival
-    order."""
+                 log_rejection: Callable[[str], None] = lambda message: None,
+                 decode: UpdateDecoder | None = None) -> RoundIntake:
+    """Validate every result with `check` (after `decode`, when the weights travel encoded); the valid ones come
+    back sorted by site name, whatever their arrival order."""
     by_site: dict[str, list[FLModel]] = {}
     for result in results:
         by_site.setdefault(site_name(result), []).append(result)
@@ -113,6 +117,8 @@ def take_updates(results: Sequence[FLModel], expected_sites: Iterable[str], chec
         try:
             if len(by_site[site]) > 1:
                 raise UpdateRejected(site, f"the site sent {len(by_site[site])} updates for the same round")
+            if decode is not None:
+                update = decode(update)
             check(update, result.meta or {})
         except UpdateRejected as exc:
             log_rejection(str(exc))
@@ -122,6 +128,22 @@ def take_updates(results: Sequence[FLModel], expected_sites: Iterable[str], chec
         metrics[site] = scalar_metrics(result)
         meta[site] = dict(result.meta or {})
     return RoundIntake(updates, metrics, meta, rejected, missing_sites(expected_sites, by_site))
+
+
+def encoded_updates(sent: Params, encoding: str) -> UpdateDecoder | None:
+    """With `weights_encoding` float16, the decoder of a site's answer: its float16 differences checked (names
+    and shapes the server sent, dtype, finite) and added to the float32 values `sent`; None when weights travel
+    as trained (float32)."""
+    if encoding == FLOAT32:
+        return None
+
+    def decode(update: SiteUpdate) -> SiteUpdate:
+        try:
+            params = decode_update(sent, update.params, encoding)
+        except WeightsEncodingError as err:
+            raise UpdateRejected(update.site, str(err)) from err
+        return SiteUpdate(update.site, params, update.num_samples)
+    return decode
 
 
 def site_outcomes(intake: RoundIntake, failed_sites: Iterable[str]) -> dict[str, str]:

@@ -7,6 +7,7 @@ using the Client API's `ScriptRunner`, which copies a script into the job (BYOC)
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from fl_contract.device import describe_device, select_device
 from fl_contract.job_privacy import WEIGHTS, SitePrivacy
 from fl_contract.masked_weights import TASK_MASKED, TRAIN_TASK, SecureWeightsParams
 from fl_contract.secure_aggregation_messages import SESSION
+from fl_contract.weights_encoding import FLOAT32, WeightsEncodingParams, decode_model, encode_update
 from site_agent.audit import RESULT_SENT, AuditLog
 from site_agent.masked_updates import TASKS as MASKING_TASKS
 from site_agent.masked_updates import MaskedUpdates
@@ -115,16 +117,31 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
 
     def answer(self, task_name: str, received: FLModel, ctx: SiteContext) -> FLModel:
         """What the site sends for `task_name`: the kind's own answer, except that with `secure_aggregation` the
-        training answer becomes the site's keys and the masked round's later tasks are answered here."""
+        training answer becomes the site's keys and the masked round's later tasks are answered here. With
+        `weights_encoding` float16 the task sees the received model decoded to float32, and the weights it answers
+        with leave as their float16 difference from that model."""
         masking = self._masking(ctx.site_name)
         if masking is not None and task_name in MASKING_TASKS:
             if task_name == TASK_MASKED:
                 self.note_for_audit(masked="secure aggregation", session=str(received.meta[SESSION]))
             return masking.answer(task_name, received)
+        encoding = self.weights_encoding
+        if encoding != FLOAT32 and received.params:
+            received = copy.copy(received)
+            received.params = decode_model(received.params, encoding)
         trained: FLModel = getattr(self, f"task_{task_name}")(received, ctx)
         if masking is not None and task_name == TRAIN_TASK:
             return masking.begin(received, trained, ctx.workspace_dir)
+        if encoding != FLOAT32 and trained.params:
+            trained.params = encode_update(received.params or {}, trained.params, encoding)
         return trained
+
+    @property
+    def weights_encoding(self) -> str:
+        """The dtype weights cross the wire in (the job's `weights_encoding`): with float16 the site decodes the
+        models it receives and answers with the float16 difference (fl_contract.weights_encoding)."""
+        job = getattr(self, "job", None)
+        return job.weights_encoding if isinstance(job, WeightsEncodingParams) else FLOAT32
 
     def _masking(self, site: str) -> MaskedUpdates | None:
         """The site's masked rounds when the job's parameters (`self.job`, set by the kind's task) say so."""
