@@ -8,13 +8,21 @@ the first task received ("got task assignment") and, for segmentation, the first
 after the site read, validated and cached its cases and scored the received model); the server's job process
 likewise (its "Runner_process started" and first task scheduled). Also reports the time to the job's end.
 
-    .venv/bin/python bench/segmentation_startup.py [--kind fedavg-linear] [--workspace /tmp/seg-startup]
+It runs the job on kits with FLARE's own job launcher and on kits with the warm one (`fl_contract.job_launcher`,
+the default), alternately in one run, a fresh federation each time; with the warm launcher it submits once every
+warm process has imported its modules (their "warm job process ready" line in the kit's process.log), as a job
+submitted a while after the federation started finds them. Each phase is the latest site's, median of the repeats,
+with the ratio warm / FLARE.
+
+    .venv/bin/python bench/segmentation_startup.py [--kind fedavg-linear] [--repeats 2] [--workspace /tmp/startup]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import statistics
 import tempfile
 import time
 import zipfile
@@ -22,13 +30,14 @@ from datetime import datetime
 from pathlib import Path
 
 from federation_tools.loopback import LoopbackFederation, free_port
+from fl_contract.warm_job import READY
 from jobs.admin import submit_and_wait
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND as LINEAR
 from jobs.fedavg_linear.spec import FedAvgLinearParams
 from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, SegmentationParams
 from jobs.segmentation.spec import KIND as SEGMENTATION
-from provisioning.provision import customise, load_template, provision
+from provisioning.provision import Federation, customise, load_template, provision
 from site_agent.data.linear_demo import write_linear_site
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.site_config import write_site_config
@@ -64,18 +73,25 @@ def _site_data(kind: str, site: str, index: int, root: Path) -> dict[str, str]:
     return {"brats": str(root / site)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kind", choices=[SEGMENTATION.name, LINEAR.name], default=SEGMENTATION.name)
-    parser.add_argument("--workspace", type=Path, help="kept afterwards when given (default: a temporary folder)")
-    args = parser.parse_args()
-    workspace = args.workspace or Path(tempfile.mkdtemp(prefix="seg-startup-"))
+def _wait_warm(federation: Federation, timeout: float = 300.0) -> float:
+    """Seconds until every kit's warm process has printed that it is ready."""
+    started = time.monotonic()
+    kits = [federation.kit(name) for name in (federation.server, *SITES)]
+    while any(READY not in (kit / "process.log").read_text(errors="replace") for kit in kits):
+        if time.monotonic() - started > timeout:
+            raise SystemExit(f"warm job processes not ready within {timeout:.0f} s")
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def run_once(kind: str, warm: bool, workspace: Path) -> dict[str, list[float | None]]:
+    """One fresh federation, one job: seconds after submit_job for each phase (per site where there are sites)."""
     project = customise(load_template(None), name="bench", sites=SITES, admins={ADMIN: "project_admin"},
                         port=free_port())
-    federation = provision(project, workspace / "kits")
+    federation = provision(project, workspace / "kits", warm_jobs=warm)
     for index, site in enumerate(SITES, start=1):
-        write_site_config(federation.kit(site), _site_data(args.kind, site, index, workspace / "data"))
-    job = (build_job(LINEAR, FedAvgLinearParams(num_rounds=1)) if args.kind == LINEAR.name else
+        write_site_config(federation.kit(site), _site_data(kind, site, index, workspace / "data"))
+    job = (build_job(LINEAR, FedAvgLinearParams(num_rounds=1)) if kind == LINEAR.name else
            build_job(SEGMENTATION, SegmentationParams(num_rounds=1, local_epochs=1, min_clients=3, **CPU_DEMO)))
     job_dir = export(job, workspace / "jobs")
     with LoopbackFederation(federation) as loopback:
@@ -83,6 +99,8 @@ def main() -> None:
         for site in SITES:
             loopback.start_site(site)
         loopback.wait_for_sites(ADMIN, SITES)
+        if warm:
+            print(f"  warm processes ready {_wait_warm(federation):.1f} s after the sites joined", flush=True)
         session = loopback.session(ADMIN)
         try:
             submitted = time.time()
@@ -99,15 +117,42 @@ def main() -> None:
     site_logs = [(federation.kit(site) / outcome.job_id / "log.txt").read_text(errors="replace").splitlines()
                  for site in SITES]
     rows |= {name: [_stamp(log, mark) for log in site_logs] for name, mark in SITE_PHASES.items()}
-    print(f"{args.kind}, 1 round; seconds after submit_job\n\n| phase | {' | '.join(SITES)} |\n| --- |"
-          + " ---: |" * len(SITES))
-    for name, stamps in rows.items():
-        if any(stamp is not None for stamp in stamps):
-            cells = [f"{stamp - submitted:.1f}" if stamp is not None else "" for stamp in stamps]
-            print(f"| {name} | {' | '.join(cells + [''] * (len(SITES) - len(cells)))} |")
-    print(f"| job finished | {finished - submitted:.1f} | | |")
+    seconds = {name: [stamp - submitted if stamp is not None else None for stamp in stamps]
+               for name, stamps in rows.items()}
+    return seconds | {"job finished": [finished - submitted]}
+
+
+def _latest(stamps: list[float | None]) -> float | None:
+    """The latest site's time of a phase (None when no site logged it)."""
+    present = [stamp for stamp in stamps if stamp is not None]
+    return max(present) if present else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kind", choices=[SEGMENTATION.name, LINEAR.name], default=SEGMENTATION.name)
+    parser.add_argument("--repeats", type=int, default=2, help="runs per launcher, alternating (default 2)")
+    parser.add_argument("--workspace", type=Path, help="kept afterwards when given (default: a temporary folder)")
+    args = parser.parse_args()
+    root = args.workspace or Path(tempfile.mkdtemp(prefix="startup-"))
+    runs: dict[str, list[dict[str, list[float | None]]]] = {"FLARE": [], "warm": []}
+    for repeat in range(args.repeats):
+        for launcher in runs:
+            print(f"run {repeat + 1}, {launcher} launcher: {os.getloadavg()[0]:.1f} load", flush=True)
+            runs[launcher].append(run_once(args.kind, launcher == "warm", root / f"{launcher}-{repeat}"))
+            print("  " + ", ".join(f"{name} {_latest(stamps):.1f}" for name, stamps in runs[launcher][-1].items()
+                                   if _latest(stamps) is not None), flush=True)
+    print(f"\n{args.kind}, 1 round, {args.repeats} runs each; seconds after submit_job, the latest site, median\n\n"
+          "| phase | FLARE's launcher | warm launcher | warm / FLARE |\n| --- | ---: | ---: | ---: |")
+    for name in runs["FLARE"][0]:
+        cells = []
+        for results in runs.values():
+            values = [value for result in results if (value := _latest(result[name])) is not None]
+            cells.append(statistics.median(values) if values else None)
+        if all(cell is not None for cell in cells):
+            print(f"| {name} | {cells[0]:.1f} | {cells[1]:.1f} | {cells[1] / cells[0]:.2f}x |")
     if args.workspace is None:
-        shutil.rmtree(workspace, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

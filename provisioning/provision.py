@@ -2,10 +2,11 @@
 every site and every admin, each with the security policy of `provisioning.policy` written into its `local/`.
 
 Certificates and kits are made by FLARE's own `nvflare provision`; this command only chooses the participants and
-then writes, per kit: `local/resources.json` (exact class allow-list in enforce mode; sites: the site guard;
-server: job and snapshot storage inside the federation's workspace), `local/authorization.json` (no role has
-the byoc right) and, at sites, the default privacy policy `local/site_policy.json`. Everything it writes, private
-keys included (the root CA's is in `<workspace>/<project>/state/cert.json`), is left readable by its owner only.
+then writes, per kit: `local/resources.json` (exact class allow-list in enforce mode; the warm job launcher of
+`fl_contract.job_launcher`; sites: the site guard; server: job and snapshot storage inside the federation's
+workspace), `local/authorization.json` (no role has the byoc right) and, at sites, the default privacy policy
+`local/site_policy.json`. Everything it writes, private keys included (the root CA's is in
+`<workspace>/<project>/state/cert.json`), is left readable by its owner only.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ from provisioning.policy import (
     COMM_CONFIG,
     DEFAULT_ACCEPTED_ROLES,
     SERVER_HEARTBEAT_TIMEOUT_S,
+    SERVER_JOB_LAUNCHER,
+    SITE_JOB_LAUNCHER,
     authorization_policy,
     default_site_policy,
+    job_launcher_component,
     job_recovery_component,
     job_scheduler,
     site_admission_component,
@@ -102,9 +106,16 @@ def _write_json(path: Path, content: dict[str, Any]) -> None:
     path.write_text(json.dumps(content, indent=2) + "\n")
 
 
-def write_site_policy(kit: Path, accepted_roles: list[str], stream_logs: bool = False) -> None:
+def _job_launcher(resources: dict[str, Any], launcher: str, classes: list[str]) -> None:
+    """FLARE's `process_launcher` component replaced by the warm launcher (fl_contract.job_launcher)."""
+    resources["components"] = [job_launcher_component(launcher, classes) if c.get("id") == "process_launcher" else c
+                               for c in resources["components"]]
+
+
+def write_site_policy(kit: Path, accepted_roles: list[str], stream_logs: bool = False,
+                      warm_jobs: bool = True) -> None:
     """Site resources: exact allow-list, site guard and deployer (which refuses at deploy a job that carries code),
-    log streaming off unless asked for; the default privacy policy.
+    log streaming off unless asked for, the warm job launcher unless not asked for; the default privacy policy.
 
     Site logs name local files (our errors say which case is broken), so by default they stay at the site:
     FLARE's job-log and error-log streaming to the server are switched off.
@@ -119,15 +130,18 @@ def write_site_policy(kit: Path, accepted_roles: list[str], stream_logs: bool = 
         and (stream_logs or not c.get("path", "").endswith(".SiteLogStreamer"))
     ]
     resources["components"] += [site_guard_component(), site_deployer_component()]
+    if warm_jobs:
+        _job_launcher(resources, SITE_JOB_LAUNCHER, site_allow_list())
     _write_json(kit / "local" / "resources.json", resources)
     _write_json(kit / "local" / "comm_config.json", COMM_CONFIG)
     _write_json(kit / "local" / "authorization.json", authorization_policy())
     write_policy(kit / "local", default_site_policy(accepted_roles))
 
 
-def write_server_policy(kit: Path, storage: Path, participants: Participants) -> None:
+def write_server_policy(kit: Path, storage: Path, participants: Participants, warm_jobs: bool = True) -> None:
     """Server resources: exact allow-list, storage in the workspace, heartbeat timeout, recovery, the scheduler's
-    retry interval, and the admission of only the project's participants (their list in `local/participants.json`)."""
+    retry interval, the warm job launcher unless not asked for, and the admission of only the project's participants
+    (their list in `local/participants.json`)."""
     resources = json.loads((kit / "local" / "resources.json.default").read_text())
     resources["class_list_enforcement_mode"] = "enforce"
     resources["class_allow_list"] = server_allow_list()
@@ -139,6 +153,8 @@ def write_server_policy(kit: Path, storage: Path, participants: Participants) ->
                                for c in resources["components"]
                                if c.get("id") not in ("job_recovery", "site_admission")]
     resources["components"] += [job_recovery_component(), site_admission_component()]
+    if warm_jobs:
+        _job_launcher(resources, SERVER_JOB_LAUNCHER, server_allow_list())
     for server in resources.get("servers", []):
         server["heart_beat_timeout"] = SERVER_HEARTBEAT_TIMEOUT_S
     _write_json(kit / "local" / "resources.json", resources)
@@ -165,8 +181,10 @@ def make_owner_only(federation: Federation, server_storage: Path) -> None:
 
 
 def provision(project: dict[str, Any], workspace: Path, accepted_roles: list[str] | None = None,
-              server_storage: Path | None = None, stream_site_logs: bool = False, new_ca: bool = False) -> Federation:
-    """Provision `project` into `workspace` and write our policy into every kit.
+              server_storage: Path | None = None, stream_site_logs: bool = False, new_ca: bool = False,
+              warm_jobs: bool = True) -> Federation:
+    """Provision `project` into `workspace` and write our policy into every kit (`warm_jobs` False: FLARE's own
+    job launcher instead of the warm one).
 
     Kits made before and a missing CA state mean the state was moved offline: FLARE would silently make a new root CA
     that none of the existing kits trusts, so that needs `new_ca`.
@@ -194,9 +212,9 @@ def provision(project: dict[str, Any], workspace: Path, accepted_roles: list[str
     listed = Participants(project["name"], frozenset(sites), frozenset(admins),
                           frozenset(p["name"] for p in participants if p["type"] == "relay"))
     storage = Path(server_storage) if server_storage else kits_dir / server / "storage"
-    write_server_policy(kits_dir / server, storage, listed)
+    write_server_policy(kits_dir / server, storage, listed, warm_jobs)
     for site in sites:
-        write_site_policy(kits_dir / site, accepted_roles or DEFAULT_ACCEPTED_ROLES, stream_site_logs)
+        write_site_policy(kits_dir / site, accepted_roles or DEFAULT_ACCEPTED_ROLES, stream_site_logs, warm_jobs)
     federation = Federation(project["name"], kits_dir, server, sites, admins)
     make_owner_only(federation, storage)
     return federation
@@ -241,12 +259,15 @@ def main(argv: list[str] | None = None) -> int:
                              "(every kit is replaced)")
     parser.add_argument("--stream-site-logs", action="store_true",
                         help="let sites stream job and error logs to the server (off: logs may name local files)")
+    parser.add_argument("--flare-job-launcher", action="store_true",
+                        help="start every job process as FLARE does, a fresh Python, instead of from a warm process "
+                             "that imported torch and the tasks ahead (faster start, one idle process per kit)")
     args = parser.parse_args(argv)
     project = customise(load_template(args.project), args.name, args.sites.split(",") if args.sites else None,
                         _parse_admins(args.admin), args.port)
     try:
         federation = provision(project, args.workspace, args.accepted_roles.split(","), args.server_storage,
-                               args.stream_site_logs, args.new_ca)
+                               args.stream_site_logs, args.new_ca, not args.flare_job_launcher)
     except RuntimeError as exc:
         print(f"fl-provision: {exc}", file=sys.stderr)
         return 1
