@@ -21,6 +21,11 @@ from site_agent.transfers import TaskClock
 APP_PACKAGES = ["fl_contract", "site_agent", "server_app"]
 DEAD_SITE_CHECK_LEAD_S = 10.0
 """FLARE checks for dead sites only this long after a task was sent (its default, 30 s, hides a fast death)."""
+TASK_REQUEST_INTERVAL_S = 0.5
+"""How long a site waits after each task, and after each request the server had no task for, before asking again.
+FLARE's default is 2 s: every task of a round then ends >= 2 s before the site can take the next one, 8 s of idle
+time per masked round (four tasks) and per FedKT-CSD secure sum (measured in the simulator: a 5-round masked
+fedavg-linear job's rounds took 8 s each with 2 s and 2.5 s with 0.3 s, the weights unchanged)."""
 
 
 def new_job(name: str, min_clients: int, privacy: SitePrivacy, resumable: bool = False) -> FedJob:
@@ -30,6 +35,7 @@ def new_job(name: str, min_clients: int, privacy: SitePrivacy, resumable: bool =
     meta = {AGENT_VERSION_KEY: AGENT_VERSION, RESUMABLE_KEY: resumable, **privacy.meta()}
     job = FedJob(name=name, min_clients=min_clients, meta_props=meta)
     job.set_app_packages(APP_PACKAGES)
+    job.to_server({"server": {"task_request_interval": TASK_REQUEST_INTERVAL_S}})
     return job
 
 
