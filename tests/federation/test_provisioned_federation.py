@@ -33,10 +33,12 @@ def _copy_job(job_dir: Path, dest: Path) -> Path:
     return target
 
 
-def test_fedavg_job_reproduces_reference_weights(fedavg_run):
+def test_fedavg_job_reproduces_reference_weights(fedavg_run, running_federation):
     """The default FedAvg job's run on the shared federation (tests/conftest.py; the site-control tests read what
-    the sites kept of the same run)."""
+    the sites kept of the same run), its job processes at the server and every site the kits' warm processes
+    (fl_contract.job_launcher)."""
     outcome = fedavg_run.outcome
+    federation = running_federation.federation
 
     assert outcome.completed, outcome.refusal()
     results = json.loads((outcome.server_app_dir() / "results.json").read_text())
@@ -47,6 +49,9 @@ def test_fedavg_job_reproduces_reference_weights(fedavg_run):
     assert ({s: v["num_samples"] for s, v in results["rounds"][0]["sites"].items()}
             == {"site-1": 50, "site-2": 200, "site-3": 500})
     assert (outcome.server_app_dir() / "global_model.pt").is_file()
+    for name in (federation.server, *federation.sites):
+        log = (federation.kit(name) / "log.txt").read_text(errors="replace")
+        assert f"job {outcome.job_id}: launched in warm process" in log, name
 
 
 @pytest.mark.parametrize("admin", [ADMIN, SUPER_ADMIN])
