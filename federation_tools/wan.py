@@ -35,6 +35,9 @@ from typing import Any
 from federation_tools.link_emulator import Conditions, Counters, LinkEmulator, join_namespace
 
 LINK_KINDS = ("tbf", "emulator")
+TUN_QUEUE = 10_000
+"""Packets a TUN device holds for the emulator to read (at 1500 bytes, 120 ms of a 1 Gbit/s burst): the kernel
+drops what does not fit, which would be loss nobody asked for."""
 _counter = itertools.count()
 
 
@@ -53,6 +56,20 @@ def _tbf(namespace: str | None, device: str, mbit: float) -> None:
     burst = max(16_000, int(mbit * 1e6 / 8 / 250))  # at least rate / HZ (250 here) or tbf cannot reach the rate
     subprocess.run([*prefix, "tc", "qdisc", "replace", "dev", device, "root", "tbf", "rate", f"{mbit}mbit",
                     "burst", str(burst), "latency", "1000ms"], capture_output=True, text=True, check=True, timeout=10)
+
+
+def _free_addresses() -> tuple[str, str]:
+    """A root and a site address in a 10.A.B.0/30 that no device of the root namespace uses yet: links made by
+    other processes at the same time (a bench beside a test) must not answer for each other's sites."""
+    used = {".".join(word.split("/")[0].split(".")[:3]) for word in _ip("-4", "-o", "addr", "show").stdout.split()
+            if word.startswith("10.")}
+    start = (os.getpid() * 251 + next(_counter)) % (200 * 250)
+    for offset in range(200 * 250):
+        subnet, index = divmod((start + offset) % (200 * 250), 250)
+        prefix = f"10.{subnet + 20}.{index + 1}"
+        if prefix not in used:
+            return f"{prefix}.1", f"{prefix}.2"
+    raise WanUnavailable("no free 10.x.y.0/30 left in the root namespace for another emulated link")
 
 
 def namespaces_unavailable(kind: str = "tbf") -> str | None:
@@ -94,9 +111,7 @@ class EmulatedLink:
         if self.kind not in LINK_KINDS:
             raise WanUnavailable(f"unknown link kind {self.kind!r}; known: {', '.join(LINK_KINDS)}")
         self._check_kind(self.delay_ms, self.jitter_ms, self.loss_to_site, self.loss_from_site)
-        index = next(_counter) % 250 + 1
-        subnet = os.getpid() % 200 + 20
-        self.root_address, self.site_address = f"10.{subnet}.{index}.1", f"10.{subnet}.{index}.2"
+        self.root_address = self.site_address = ""  # chosen by __enter__, where no other link of the host has them
         self.root_device, self.site_device = f"{self.name}r", f"{self.name}s"
 
     def command(self, *argv: str) -> list[str]:
@@ -169,6 +184,7 @@ class EmulatedLink:
     def __enter__(self) -> EmulatedLink:
         """Builds the namespace, veth pair, addresses, rate limit and relays in turn; any failure undoes what was built
         (__exit__), so a failed setup leaves no namespace or link behind on the host."""
+        self.root_address, self.site_address = _free_addresses()
         try:
             _ip("netns", "add", self.name)
         except subprocess.CalledProcessError as exc:
@@ -180,8 +196,9 @@ class EmulatedLink:
                 _ip("addr", "add", f"{self.root_address}/30", "dev", self.root_device)
                 _ip("-n", self.name, "addr", "add", f"{self.site_address}/30", "dev", self.site_device)
             else:
-                _ip("tuntap", "add", "dev", self.root_device, "mode", "tun")
-                _ip("tuntap", "add", "dev", self.site_device, "mode", "tun")
+                for device in (self.root_device, self.site_device):  # a queue of 10,000 packets (500 by default),
+                    _ip("tuntap", "add", "dev", device, "mode", "tun")  # so that a burst waits for the emulator
+                    _ip("link", "set", "dev", device, "txqueuelen", str(TUN_QUEUE))  # rather than being lost
                 _ip("link", "set", self.site_device, "netns", self.name)
                 _ip("addr", "add", self.root_address, "peer", self.site_address, "dev", self.root_device)
                 _ip("-n", self.name, "addr", "add", self.site_address, "peer", self.root_address, "dev",
