@@ -19,9 +19,9 @@ Cases (the issue's table):
 The delay and loss cases need the emulator link (`--link emulator`; `auto`, the default, takes it when a chosen case
 needs it, else tbf); their LAN references then run on emulator links too.
 
-    sudo .venv/bin/python bench/wan_testbed.py --cases lan site-2mbit [--comm-config flare-default]
+    sudo .venv/bin/python bench/wan_testbed.py --cases lan-segmentation-19mb site-2mbit [--comm-config flare-default]
     sudo .venv/bin/python bench/wan_testbed.py --write-readme            # every case; the table in bench/README.md
-    sudo .venv/bin/python bench/wan_testbed.py --cases lan-linear delay-loss-linear   # on emulator links
+    sudo .venv/bin/python bench/wan_testbed.py --cases lan-linear delay-loss-linear lan-linear   # emulator links
 
 `--comm-config flare-default` runs the kits without the streaming settings fl-provision writes
 (provisioning.policy.COMM_CONFIG), to show what they change.
@@ -267,7 +267,12 @@ def _notes(row: dict[str, Any]) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    times = {r["case"]: r["seconds"] for r in rows}
+    """One line per case run; a ratio is to the mean of the reference case's runs in `rows` (`--cases` may name a
+    LAN case before and after the others, so that a load that changes during the run shows)."""
+    runs: dict[str, list[float]] = {}
+    for r in rows:
+        runs.setdefault(r["case"], []).append(r["seconds"])
+    times = {case: sum(seconds) / len(seconds) for case, seconds in runs.items()}
     lines = ["| case | link condition | job | status | rounds | time (s) | ratio to LAN | what happened |",
              "| --- | --- | --- | --- | ---: | ---: | ---: | --- |"]
     for r in rows:
@@ -289,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-readme", action="store_true")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop = clean up: processes, namespaces
-    cases = [c for c in CASES if c.name in args.cases]
+    by_name = {c.name: c for c in CASES}
+    cases = [by_name[name] for name in args.cases]  # in the order given; a case named twice runs twice
     link_kind = args.link if args.link != "auto" else "emulator" if any(c.needs_emulator for c in cases) else "tbf"
     if link_kind == "tbf" and any(c.needs_emulator for c in cases):
         parser.error(f"cases {[c.name for c in cases if c.needs_emulator]} emulate delay or loss: --link emulator")
