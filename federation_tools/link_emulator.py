@@ -243,14 +243,22 @@ class LinkEmulator:
                 self.process.stdin.write(json.dumps(update) + "\n")
                 self.process.stdin.flush()
             except BrokenPipeError as exc:
-                raise RuntimeError(f"link emulator (pid {self.pid}) has exited: {self.process.poll()}") from exc
+                raise RuntimeError(f"link emulator (pid {self.pid}) has exited{self._exit_detail()}") from exc
             line = self._readline(timeout=10)
         if not line:
-            raise RuntimeError(f"link emulator (pid {self.pid}) did not answer (exit status {self.process.poll()})")
+            raise RuntimeError(f"link emulator (pid {self.pid}) did not answer{self._exit_detail()}")
         reply: dict[str, Any] = json.loads(line)
         if "error" in reply:
             raise ValueError(reply["error"])
         return reply
+
+    def _exit_detail(self) -> str:
+        """Its exit status and last error line, once it has exited (its stderr is only read then)."""
+        status = self.process.poll()
+        if status is None or self.process.stderr is None:
+            return ""
+        lines = self.process.stderr.read().strip().splitlines()
+        return f" with status {status}" + (f": {lines[-1]}" if lines else "")
 
     def set(self, **update: Any) -> Conditions:
         """Change some conditions (Conditions' fields); returns them all as now set."""

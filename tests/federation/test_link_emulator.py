@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -218,6 +219,18 @@ def test_the_emulator_process_and_namespace_are_gone_after_a_failure():
     assert emulator.process.poll() is not None
     assert made.name not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert made.root_device not in subprocess.run(["ip", "link", "show"], capture_output=True, text=True).stdout
+
+
+@needs_link
+def test_an_emulator_that_died_is_named_and_its_link_still_removed():
+    with EmulatedLink(kind="emulator") as made:
+        emulator = made._emulator
+        assert emulator is not None
+        os.kill(emulator.pid, signal.SIGKILL)
+        emulator.process.wait(10)
+        with pytest.raises(RuntimeError, match=rf"link emulator \(pid {emulator.pid}\) has exited with status -9"):
+            made.set_conditions(delay_ms=5.0)
+    assert made.name not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
 @pytest.mark.parametrize(("update", "message"), [
