@@ -1,17 +1,22 @@
-"""PLayer-FL, FedAvg and Local as real FLARE jobs in the simulator (4 label-skewed ISIC-format sites) and the report."""
+"""PLayer-FL as a real FLARE job in the simulator (4 label-skewed ISIC-format sites), FedAvg and Local beside it, and
+the report comparing them."""
 
 import json
+from pathlib import Path
 
 import pytest
 from support import JOB_FILES, read_exported_job
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from federation_tools.playerfl_compare import run_playerfl_demo
+from federation_tools.playerfl_compare import simulate_method, write_demo_sites
 from jobs.common import build_job, export
+from jobs.playerfl.inprocess import run_in_process
 from jobs.playerfl.spec import KIND, PLayerFLParams
+from server_app.report import load_runs, write_report
 from site_agent import __version__
 
 NARROW_CNN5 = {"channels": [8, 16, 32, 64, 64], "hidden": 32}
+JOB = {"num_rounds": 3, "image_size": 32, "batch_size": 16, "model_args": NARROW_CNN5}
 
 
 def test_exported_job_ships_no_code_and_keeps_every_parameter(tmp_path):
@@ -31,12 +36,24 @@ def test_exported_job_ships_no_code_and_keeps_every_parameter(tmp_path):
     assert set(KIND.site_classes) <= set(job.site_classes()) and set(KIND.server_classes) <= set(job.server_classes())
 
 
+def _runs(root: Path) -> dict[str, Path]:
+    """PLayer-FL through FLARE's simulator; the baselines it is compared with by the same controller and site tasks in
+    this process (`jobs.playerfl.inprocess`), which saves two simulator runs. Returns each run's results.json."""
+    sites = write_demo_sites(root / "data", 4, 40, 32, 0.5, seed=0)
+    runs = {"playerfl-seed0": simulate_method("playerfl", root, sites, root / "data", 0, **JOB)}
+    for method in ("fedavg", "local"):
+        params = PLayerFLParams(method=method, seed=0, min_clients=len(sites), tracking=False, **JOB)
+        runs[f"{method}-seed0"] = run_in_process(params, {s: root / "data" / s for s in sites},
+                                                 root / "runs" / f"{method}-seed0")
+    return runs
+
+
 @pytest.mark.simulator
 def test_playerfl_fedavg_and_local_finish_and_the_report_has_every_metric(tmp_path):
-    report = run_playerfl_demo(tmp_path, num_rounds=3, model_args=NARROW_CNN5)
+    paths = _runs(tmp_path)
+    report = write_report(load_runs(paths.values()), tmp_path / "report")
 
-    runs = {p.parent.parent.parent.parent.name: json.loads(p.read_text())
-            for p in (tmp_path / "runs").rglob("results.json")}
+    runs = {name: json.loads(path.read_text()) for name, path in paths.items()}
     playerfl = runs["playerfl-seed0"]
     split = playerfl["rounds"][0]["split"]
     prefix = split["layers"][: split["federated_layers"]]
