@@ -162,9 +162,15 @@ def test_the_site_task_trains_the_decoded_model_and_answers_with_its_float16_dif
     np.testing.assert_allclose(trained - global_model["weight"], moved, rtol=0, atol=float(_half_step(moved).max()))
 
 
-def test_the_site_task_refuses_a_float32_model_when_the_job_says_float16(tmp_path):
-    with pytest.raises(WeightsEncodingError, match="parameter 'weight' arrived as float32"):
-        _task().answer("train", FLModel(params={"weight": np.zeros((1, 2), np.float32)}), _context(tmp_path))
+@pytest.mark.parametrize("weight, error, message", [
+    (np.zeros((1, 2), np.float32), WeightsEncodingError, r"parameter 'weight' arrived as float32"),
+    (np.zeros((1, 3), np.float16), RuntimeError, r"size mismatch for weight: copying a param with shape "
+                                                 r"torch.Size\(\[1, 3\]\)"),
+])
+def test_the_site_task_refuses_a_model_of_another_dtype_or_shape_naming_the_parameter(tmp_path, weight, error,
+                                                                                        message):
+    with pytest.raises(error, match=message):
+        _task().answer("train", FLModel(params={"weight": weight}), _context(tmp_path))
 
 
 @pytest.mark.parametrize("kind", WEIGHT_KINDS)
