@@ -136,6 +136,23 @@ def test_the_server_rejects_a_bad_encoded_update_by_site_and_layer_and_averages_
     assert merged["weight"].dtype == np.float32
 
 
+@pytest.mark.parametrize("rule, expected", [("median", [[1.5, -1.5]]),
+                                            ("trimmed_mean", [[1 + 1.75 / 3, -2 + 1.75 / 3]])])
+def test_robust_rules_run_on_the_decoded_updates(rule, expected):
+    """median and trimmed mean see each site's weights (the sent float32 values plus its difference), not the
+    differences, so a site that sends a huge difference is outvoted as it would be in float32."""
+    sent = {"weight": np.array([[1.0, -2.0]], np.float32)}
+    differences = [[0.5, 0.5], [0.25, 0.25], [0.75, 0.75], [0.5, 0.5], [6e4, 6e4]]
+    results = [_answer(f"site-{i}", {"weight": np.array([d], np.float16)}) for i, d in enumerate(differences)]
+    intake = take_updates(results, [f"site-{i}" for i in range(5)], matching(sent),
+                          decode=encoded_updates(sent, "float16"))
+
+    merged = aggregate(rule, intake.updates, reference=sent, **({"trim_fraction": 0.2} if rule == "trimmed_mean"
+                                                                   else {}))
+
+    np.testing.assert_allclose(merged["weight"], expected, rtol=1e-6)
+
+
 def _task(**params) -> LinearRegressionTask:
     return LinearRegressionTask(kind=KIND.name, params=json.loads(json.dumps(
         {"weights_encoding": "float16", **params})))
