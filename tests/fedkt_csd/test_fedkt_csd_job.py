@@ -1,4 +1,5 @@
-"""The FedKT-CSD job in FLARE's simulator: three sites, a trained tiny autoencoder, every output the admin downloads."""
+"""The FedKT-CSD job in FLARE's simulator: four sites, one of which fails after sharing its keys, a trained tiny
+autoencoder, every output the admin downloads."""
 
 from __future__ import annotations
 
@@ -52,10 +53,18 @@ def _federation(root: Path, autoencoder_dir: Path, sites: list[str] = SITES) -> 
     return {"isic": str(root / "data" / "{site_name}" / "isic"), "dcae": str(autoencoder_dir)}
 
 
-def _run(root: Path, autoencoder_dir: Path, **params) -> SimulationRun:
-    datasets = _federation(root, autoencoder_dir)
-    job_dir = export(build_job(KIND, FedKTCSDParams(noise_seed=1, **params)), root / "job")
-    return simulate(job_dir, root / "ws", SITES, datasets, server_models={"dcae": str(autoencoder_dir)}, timeout=300)
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory, autoencoder_dir: Path) -> SimulationRun:
+    """One simulation for the tests below: SITES release and evaluate; site-4 shares its keys and then cannot send
+    statistics (its labels are gone), so the release goes on without it."""
+    root = tmp_path_factory.mktemp("fedkt-csd")
+    sites = [*SITES, "site-4"]
+    datasets = _federation(root, autoencoder_dir, sites)
+    (root / "data" / "site-4" / "isic" / GROUND_TRUTH_CSV).unlink()  # keys and shares work; statistics cannot
+    params = FedKTCSDParams(noise_seed=1, samples_per_class=SAMPLES_PER_CLASS, evaluate=True, classifier_epochs=1,
+                            classifier_min_steps=3)
+    job_dir = export(build_job(KIND, params), root / "job")
+    return simulate(job_dir, root / "ws", sites, datasets, server_models={"dcae": str(autoencoder_dir)}, timeout=300)
 
 
 def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
@@ -71,10 +80,7 @@ def test_exported_job_ships_no_code_and_every_class_is_allow_listed(tmp_path):
 
 
 @pytest.mark.simulator
-def test_simulator_releases_synthetic_set_with_requested_counts_and_complete_manifest(tmp_path, autoencoder_dir):
-    run = _run(tmp_path, autoencoder_dir, samples_per_class=SAMPLES_PER_CLASS, evaluate=True, classifier_epochs=1,
-               classifier_min_steps=3)
-
+def test_simulator_releases_synthetic_set_with_requested_counts_and_complete_manifest(run):
     assert not run.aborted(), run.server_log.read_text()[-3000:]
     out = run.server_app_dir
     results = json.loads((out / "results.json").read_text())
@@ -111,14 +117,8 @@ def test_simulator_releases_synthetic_set_with_requested_counts_and_complete_man
 
 
 @pytest.mark.simulator
-def test_a_site_failing_after_sharing_its_keys_is_removed_and_the_release_goes_on(tmp_path, autoencoder_dir):
+def test_a_site_failing_after_sharing_its_keys_is_removed_and_the_release_goes_on(run):
     sites = [*SITES, "site-4"]
-    datasets = _federation(tmp_path, autoencoder_dir, sites)
-    (tmp_path / "data" / "site-4" / "isic" / GROUND_TRUTH_CSV).unlink()  # keys and shares work; statistics cannot
-    job_dir = export(build_job(KIND, FedKTCSDParams(noise_seed=1)), tmp_path / "job")
-
-    run = simulate(job_dir, tmp_path / "ws", sites, datasets, server_models={"dcae": str(autoencoder_dir)}, timeout=300)
-
     results = json.loads((run.server_app_dir / "results.json").read_text())
     manifest = json.loads((run.server_app_dir / outputs.MANIFEST_FILE).read_text())
     assert results["status"] == "finished", results.get("error")
