@@ -257,7 +257,8 @@ GAUNTLET: dict[str, tuple[JobKind[Any], JobParams]] = {
 @pytest.mark.parametrize("name", sorted(GAUNTLET))
 def test_job_kind_survives_a_dead_site_a_server_restart_and_an_abort(fault_federation, tmp_path, name):
     """One job meets a site killed mid-round (it goes on without it) and the server killed and restarted (it
-    resumes and completes every round); a second run of the job is aborted and keeps its completed rounds."""
+    resumes and completes every round); a second run of the job, beside the resumed one (FLARE runs up to 4 jobs at
+    once), is aborted and keeps its completed rounds."""
     federation, loopback = fault_federation
     kind, params = GAUNTLET[name]
     job_dir = export(build_job(kind, params), tmp_path)
@@ -273,11 +274,11 @@ def test_job_kind_survives_a_dead_site_a_server_restart_and_an_abort(fault_feder
     loopback.bring_up(ADMIN)  # the server and site-3
     session = loopback.session(ADMIN)
     try:
-        resumed = follow_job(session, job_id, timeout=600, progress=None)
         aborted_id = _submit(session, job_dir)
         wait_for_rounds(federation, aborted_id, 1, timeout=300)
         session.abort_job(aborted_id)
         aborted = follow_job(session, aborted_id, timeout=120, progress=None)
+        resumed = follow_job(session, job_id, timeout=600, progress=None)
     finally:
         session.close()
 

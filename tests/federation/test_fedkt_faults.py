@@ -158,14 +158,15 @@ def test_a_masked_segmentation_job_survives_a_dead_site_a_server_restart_and_an_
     loopback.start_server()
     loopback.wait_for_sites(ADMIN, SITES[:3])
     session = loopback.session(ADMIN)
-    try:
-        resumed = follow_job(session, job_id, timeout=600, progress=None)
+    try:  # beside the resumed run (FLARE runs up to 4 jobs at once): a run to abort and the plain reference
         aborted_id = str(session.submit_job(str(job_dir)))
+        plain_job = export(build_job(SEGMENTATION, MASKED.replace(secure_aggregation=False)), tmp_path / "plain")
+        plain_id = str(session.submit_job(str(plain_job)))
         wait_for_server_log(federation, aborted_id, "requesting shares")
         session.abort_job(aborted_id)
         aborted = follow_job(session, aborted_id, timeout=120, progress=None)
-        plain_job = export(build_job(SEGMENTATION, MASKED.replace(secure_aggregation=False)), tmp_path / "plain")
-        plain = follow_job(session, str(session.submit_job(str(plain_job))), timeout=600, progress=None)
+        resumed = follow_job(session, job_id, timeout=600, progress=None)
+        plain = follow_job(session, plain_id, timeout=600, progress=None)
     finally:
         session.close()
         loopback.bring_up(ADMIN)
