@@ -2,10 +2,11 @@
 no job is waiting, then becomes the next job's process (`python -m fl_contract.warm_job --fd N`, started by
 `fl_contract.job_launcher`).
 
-It reads two JSON lines from the socket it inherits as fd N: first the modules to import ahead, then, when FLARE
-launches a job, the job's command line (FLARE's `python -m <worker module> ...`), environment and working folder.
-It applies those and runs the worker module as `__main__` with `runpy`, exactly as `python -m` would, so the job's
-argument parsing, exit codes, logs and parent-process watch are FLARE's own. Its process title becomes FLARE's
+It reads two JSON lines from the socket it inherits as fd N: first the modules to import ahead (it stops importing
+when a job comes), then, when FLARE launches a job, the job's command line (FLARE's `python -m <worker module>
+...`), environment and working folder. It applies those and runs the worker module as `__main__` with `runpy`,
+exactly as `python -m` would, so the job's argument parsing, exit codes, logs and parent-process watch are FLARE's
+own. Its process title becomes FLARE's
 command line, so `ps` (and tools that find job processes by it) see the job as they see FLARE's. A socket closed
 with no job (the FLARE parent stopped) ends it.
 
@@ -21,9 +22,11 @@ import importlib
 import json
 import os
 import runpy
+import select
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import setproctitle
@@ -32,15 +35,41 @@ READY = "warm job process ready"
 """Printed to stderr (the FLARE parent's log) once the modules are imported: benchmarks wait for it."""
 
 
-def preload(modules: list[str]) -> list[str]:
-    """Import `modules` (FLARE's worker module among them: `become_job` runs it afresh); returns the failures."""
-    failed = []
+class Channel:
+    """The launcher's socket read as JSON lines, and whether something (a line, or its end) is waiting."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.buffer = b""
+
+    def pending(self) -> bool:
+        return b"\n" in self.buffer or bool(select.select([self.sock], [], [], 0)[0])
+
+    def read(self) -> Any:
+        """The next line, decoded; None once the launcher closed the socket without one."""
+        while b"\n" not in self.buffer:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return json.loads(line)
+
+
+def preload(modules: list[str], stop: Callable[[], bool]) -> tuple[int, list[str]]:
+    """Import `modules` in order (FLARE's worker module first: `become_job` runs it afresh) until `stop()` says a job
+    came: a job sent right after the parent started runs at once and imports the rest itself, as a cold process
+    would. Returns how many were imported and the failures."""
+    imported, failed = 0, []
     for name in modules:
+        if stop():
+            break
         try:
             importlib.import_module(name)
+            imported += 1
         except Exception as exc:  # a preload is only a head start: the job imports it itself
             failed.append(f"{name}: {type(exc).__name__}: {exc}")
-    return failed
+    return imported, failed
 
 
 def become_job(request: dict[str, Any]) -> None:
@@ -62,21 +91,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fd", type=int, required=True, help="the socket the launcher talks to this process on")
     args = parser.parse_args()
-    with socket.socket(fileno=args.fd) as channel, channel.makefile("rb") as lines:
-        first = lines.readline()
-        if not first:
+    with socket.socket(fileno=args.fd) as sock:
+        channel = Channel(sock)
+        first = channel.read()
+        if first is None:
             return
         started = time.monotonic()
-        modules = json.loads(first)["preload"]
-        failed = preload(modules)
+        imported, failed = preload(first["preload"], channel.pending)
         for failure in failed:
             print(f"warm job process {os.getpid()}: could not import {failure} ahead; the job imports it itself",
                   file=sys.stderr, flush=True)
-        print(f"{READY} (pid {os.getpid()}, {len(modules) - len(failed)} modules in "
+        print(f"{READY} (pid {os.getpid()}, {imported} of {len(first['preload'])} modules in "
               f"{time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
-        request = lines.readline()
-    if request:
-        become_job(json.loads(request))
+        request = channel.read()
+    if request is not None:
+        become_job(request)
 
 
 if __name__ == "__main__":

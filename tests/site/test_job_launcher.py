@@ -25,6 +25,7 @@ from nvflare.apis.job_launcher_spec import JobProcessArgs, JobReturnCode
 from nvflare.apis.workspace import Workspace
 
 from fl_contract.job_launcher import WarmClientJobLauncher, job_modules
+from fl_contract.warm_job import READY
 
 WORKER = """
 import json, os, sys, time
@@ -51,6 +52,7 @@ def launcher(tmp_path, monkeypatch):
     modules.mkdir()
     (modules / "launcher_worker.py").write_text(WORKER)
     (modules / "launcher_marker.py").write_text("")
+    (modules / "launcher_slow.py").write_text(f"import time\nopen({str(tmp_path / 'slow')!r}, 'w')\ntime.sleep(2)\n")
     monkeypatch.syspath_prepend(str(modules))  # the warm and the cold job process import from the parent's path
     launcher = StandInLauncher(preload=["launcher_marker"])
     yield launcher
@@ -74,9 +76,16 @@ def launch(launcher, tmp_path, job_id="job-1", rc=0, sleep=0.0):
     return launcher.launch_job({"job_id": job_id}, fl_ctx), out
 
 
-def start(launcher) -> int:
+def start(launcher, capfd=None, timeout=20.0) -> int:
+    """Start the launcher's warm process; with `capfd`, wait until it has imported its modules (its stderr line)."""
     launcher.handle_event(EventType.SYSTEM_START, FLContext())
-    return warm_pid(launcher)
+    pid = warm_pid(launcher)
+    deadline, err = time.monotonic() + timeout, ""
+    while capfd and READY not in err:
+        assert time.monotonic() < deadline, f"warm process {pid} not ready: {err}"
+        time.sleep(0.05)
+        err += capfd.readouterr().err
+    return pid
 
 
 def warm_pid(launcher, timeout=20.0) -> int:
@@ -89,8 +98,8 @@ def warm_pid(launcher, timeout=20.0) -> int:
 
 
 def test_a_job_runs_in_the_warm_process_as_flares_command_and_a_new_warm_process_follows(launcher, tmp_path,
-                                                                                        caplog):
-    warm = start(launcher)
+                                                                                        caplog, capfd):
+    warm = start(launcher, capfd)
     with caplog.at_level(logging.INFO):
         handle, out = launch(launcher, tmp_path)
         handle.wait()
@@ -159,6 +168,19 @@ def test_a_second_job_while_the_first_runs_and_a_job_with_custom_code_get_flares
     assert not json.loads(out.read_text())["ahead"] and second.poll() == JobReturnCode.SUCCESS
     assert "job job-2: FLARE's own launch, since the warm process was taken by job job-1, still running" in caplog.text
     assert f"job job-3: FLARE's own launch, since the job has a custom code folder ({custom})" in caplog.text
+
+
+def test_a_job_sent_while_the_warm_process_imports_stops_its_imports_and_runs_at_once(tmp_path, launcher, capfd):
+    slow = StandInLauncher(preload=["launcher_slow", "launcher_marker"])
+    start(slow)
+    while not (tmp_path / "slow").exists():
+        time.sleep(0.05)
+    handle, out = launch(slow, tmp_path)  # while launcher_slow sleeps in its import
+    handle.wait()
+    slow.handle_event(EventType.SYSTEM_END, FLContext())
+
+    assert handle.poll() == JobReturnCode.SUCCESS and not json.loads(out.read_text())["ahead"]
+    assert "2 of 3 modules" in capfd.readouterr().err  # FLARE's worker (stand-in) and launcher_slow
 
 
 def test_an_idle_warm_process_ends_by_itself_when_its_socket_closes_as_the_parent_stops(launcher):
