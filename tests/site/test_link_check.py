@@ -5,30 +5,13 @@ proxy in front of it) that cuts the exchange short. The measured rows are tested
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import ssl
 import threading
 
-import pytest
-
 from federation_tools.loopback import free_port
-from provisioning.provision import customise, load_template, provision
 from site_agent.kit import SiteKit
 from site_agent.preflight import FAIL, WARN, check_link
-
-
-@pytest.fixture(scope="module")
-def provisioned(tmp_path_factory):
-    return provision(customise(load_template(None), name="link", sites=["site-1"], port=free_port()),
-                     tmp_path_factory.mktemp("kits"))
-
-
-@pytest.fixture
-def kit(provisioned, tmp_path):
-    copy = tmp_path / "site-1"
-    shutil.copytree(provisioned.kit("site-1"), copy)
-    return copy
 
 
 def _set_target(kit, port=None, scheme=None):

@@ -2,25 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
-
-import pytest
-
-from provisioning.provision import customise, load_template, provision
 from site_agent.preflight import run_checks
-
-
-@pytest.fixture(scope="module")
-def provisioned(tmp_path_factory):
-    return provision(customise(load_template(None), name="checks", sites=["site-1"], port=18611),
-                     tmp_path_factory.mktemp("kits"))
-
-
-@pytest.fixture
-def kit(provisioned, tmp_path):
-    copy = tmp_path / "site-1"
-    shutil.copytree(provisioned.kit("site-1"), copy)
-    return copy
 
 
 def _rows(kit):
