@@ -7,7 +7,7 @@ meter (results.json: the arrays of each round's train task, to the site and back
 (site-weighted mean over the sites' validation cases) and the selected model's test Dice. The last column is the
 largest difference between the two runs' final global models, per weight.
 
-    nice -n 19 .venv/bin/python bench/weights_encoding.py [--seeds 0 1 --write-readme]
+    nice -n 19 .venv/bin/python bench/weights_encoding.py [--seeds 0 1 2 --write-readme]
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def table(measured: dict[str, list[dict[str, Any]]], seeds: list[int]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--write-readme", action="store_true", help="put the table in bench/README.md")
     args = parser.parse_args()
     measured: dict[str, list[dict[str, Any]]] = {encoding: [] for encoding in ENCODINGS}
