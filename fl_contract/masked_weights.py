@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fl_contract.fedkt_csd.wire import RING_DTYPE
 from fl_contract.params import JobParams, ParameterError, param
+from fl_contract.ring import RING_DTYPE
 
 FRACTION_BITS = 24
 QUANTUM = 2.0**-FRACTION_BITS

@@ -37,8 +37,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fl_contract import masking_graph, shamir
-from fl_contract.fedkt_csd.wire import RING_DTYPE
 from fl_contract.masking_graph import MaskingGraph
+from fl_contract.ring import RING_DTYPE
 
 KEY_BYTES = 32  # X25519 keys, self-mask seeds and pair seeds
 SHARE_BYTES = 32  # one Shamir share of a 32-byte secret: the shares of its two 16-byte halves

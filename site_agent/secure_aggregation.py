@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from fl_contract.fedkt_csd import MIN_SITES
-from fl_contract.fedkt_csd.wire import RING_DTYPE
+from fl_contract.ring import RING_DTYPE
 from fl_contract.secure_aggregation import (
     KEY_BYTES,
     SHARE_BYTES,

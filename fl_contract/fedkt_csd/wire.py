@@ -26,10 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fl_contract.ring import RING_DTYPE
+
 FRACTION_BITS = 13
 MAX_RECORDS = 2**24
 _MAX_MAGNITUDE = MAX_RECORDS * 2 ** (2 * FRACTION_BITS)  # 2^50: exact in float64
-RING_DTYPE = np.dtype("<u8")
 
 
 def class_length(dim: int) -> int:

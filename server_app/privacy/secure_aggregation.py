@@ -25,8 +25,8 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fl_contract import shamir
-from fl_contract.fedkt_csd.wire import RING_DTYPE
 from fl_contract.masking_graph import MaskingGraph
+from fl_contract.ring import RING_DTYPE
 from fl_contract.secure_aggregation import (
     SHARE_BYTES,
     AdvertisedKeys,

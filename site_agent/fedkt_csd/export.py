@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from fl_contract.fedkt_csd.wire import RING_DTYPE, ring_fields
+from fl_contract.fedkt_csd.wire import ring_fields
 from fl_contract.models.dcae import AutoencoderIdentity
+from fl_contract.ring import RING_DTYPE
 from site_agent import __version__
 
 PAYLOAD_FILE = "fedkt_statistics.u64"

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 from diffusers import AutoencoderDC
 
-from fl_contract.fedkt_csd.wire import RING_DTYPE, check_capacity, join_fields, quantize_latents, upper_triangle
+from fl_contract.fedkt_csd.wire import check_capacity, join_fields, quantize_latents, upper_triangle
 from fl_contract.precision import select_precision
+from fl_contract.ring import RING_DTYPE
 
 ENCODE_BATCH_SIZE = 32
 """The batch every latent is encoded in on a CPU (see encode_latents)."""
