@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import signal
 import sys
@@ -254,8 +255,11 @@ def _notes(row: dict[str, Any]) -> str:
     notes += [f"waited for {site} {seconds:.0f} s" for waited in row["waited"] for site, seconds in waited.items()]
     slow = SITES[-1]  # the site the bandwidth cases slow down; fedavg-linear's 8-byte rows say nothing
     notes += [line for line in row.get("links", []) if line.startswith(f"{slow}:")
-              and not line.startswith(f"{slow}: 0.0 MB")]
-    for site, directions in row.get("packets", {}).items():  # emulator links: what the loss took
+              and not line.startswith(f"{slow}: 0.0 MB") and not row.get("packets")]
+    if row.get("packets"):  # emulator links: each site's transfer time, beside the others' under the same load
+        network = [m.groups() for line in row.get("links", []) if (m := re.match(r"(site-\d+): .*, (\d+) s on", line))]
+        notes.append("on the network: " + ", ".join(f"{site} {seconds} s" for site, seconds in network))
+    for site, directions in row.get("packets", {}).items():  # what the loss took
         lost = [f"{c['dropped_loss']} of {c['received']} packets {d.replace('_', ' ')} lost"
                 for d, c in directions.items() if d != "cpu_s" and c["dropped_loss"]]
         if lost:
