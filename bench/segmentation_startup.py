@@ -119,7 +119,11 @@ def run_once(kind: str, warm: bool, workspace: Path) -> dict[str, list[float | N
     rows |= {name: [_stamp(log, mark) for log in site_logs] for name, mark in SITE_PHASES.items()}
     seconds = {name: [stamp - submitted if stamp is not None else None for stamp in stamps]
                for name, stamps in rows.items()}
-    return seconds | {"job finished": [finished - submitted]}
+    picked = rows["server scheduler picks the job up"][0]
+    after = [stamp - picked if stamp is not None and picked is not None else None
+             for stamp in rows["first task at the site"]]  # without the submit's upload, slow on a loaded machine
+    return seconds | {"first task at the site, after the scheduler's pick-up": after,
+                      "job finished": [finished - submitted]}
 
 
 def _latest(stamps: list[float | None]) -> float | None:

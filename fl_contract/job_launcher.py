@@ -195,6 +195,9 @@ class _WarmJobLauncher(ProcessJobLauncher):
                 self.logger.warning(f"{self._absent}; jobs start as FLARE starts them")
 
     def launch_job(self, job_meta: dict[str, Any], fl_ctx: FLContext) -> JobHandleSpec:
+        """The job with FLARE's command and environment, in the warm process when it can take it (it is then taken,
+        whatever happens, so that no two jobs share one), else by FLARE's own launch; either handle starts the next
+        warm process when the job ends."""
         workspace: Workspace = fl_ctx.get_prop(FLContextKey.WORKSPACE_OBJECT)
         job_id = job_meta.get(JobConstants.JOB_ID)
         custom_dir = workspace.get_app_custom_dir(job_id)
