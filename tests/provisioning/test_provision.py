@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import json
 
 import pytest
@@ -34,6 +34,17 @@ def test_sites_enforce_exact_classes_and_run_the_site_guard(federation):
     [guard] = [c for c in resources["components"] if c["id"] == "site_guard"]
     assert guard["path"] == "site_agent.site_guard.SiteGuard"
     assert guard["args"]["kind_tasks"] == {name: kind.site_task for name, kind in kinds().items()}
+
+
+def test_every_kit_launches_jobs_from_a_warm_process_that_imports_its_sides_modules(federation):
+    for kit, launcher, classes in (("site-a", "WarmClientJobLauncher", site_allow_list()),
+                                   ("localhost", "WarmServerJobLauncher", server_allow_list())):
+        resources = json.loads((federation.kit(kit) / "local" / "resources.json").read_text())
+        [component] = [c for c in resources["components"] if c["id"] == "process_launcher"]
+
+        assert component["path"] == f"fl_contract.job_launcher.{launcher}"
+        assert set(component["args"]["preload"]) == {path.rpartition(".")[0] for path in classes}
+        assert all(importlib.util.find_spec(module) for module in component["args"]["preload"])
 
 
 def test_sites_get_a_default_privacy_policy_with_the_accepted_roles(federation):
@@ -93,10 +104,16 @@ def test_unknown_admin_role_is_refused():
 
 
 def test_command_line_provisions_the_template(tmp_path, capsys):
-    assert main(["--workspace", str(tmp_path), "--sites", "st-mary,general", "--port", "18556"]) == 0
+    assert main(["--workspace", str(tmp_path), "--sites", "st-mary,general", "--port", "18556",
+                 "--flare-job-launcher"]) == 0
 
     out = capsys.readouterr().out
     assert "st-mary" in out and "general" in out
+    for kit in ("localhost", "general"):
+        resources = json.loads((tmp_path / "hospital-federation" / "prod_00" / kit / "local" / "resources.json")
+                               .read_text())
+        [launcher] = [c for c in resources["components"] if c["id"] == "process_launcher"]
+        assert launcher["path"].startswith("nvflare.app_common.job_launcher.")  # FLARE's own, as asked
     state = tmp_path / "hospital-federation" / "state"
     assert f"root CA's private key, and every participant's, is in {state / 'cert.json'}" in out
     assert "offline" in out
