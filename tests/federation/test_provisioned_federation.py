@@ -146,6 +146,10 @@ def _foreign_certificate_kit(running_federation, tmp_path: Path) -> Path:
 
 
 def test_site_with_certificate_from_another_ca_fails_check_and_never_joins(running_federation, tmp_path):
+    """The check names the foreign CA, and its own mutual-TLS exchange shows the running server refusing the
+    certificate. FLARE's client started from that kit never joins; it does not even connect (its cell is never
+    created: the process waits in client_train's main), so without the check's exchange the server's refusal would
+    be untested."""
     kit = _foreign_certificate_kit(running_federation, tmp_path)
 
     results = {r.name: r for r in run_checks(kit)}
@@ -163,6 +167,7 @@ def test_site_with_certificate_from_another_ca_fails_check_and_never_joins(runni
     assert results["certificate"].status == "FAIL"
     assert "not signed by this kit's root CA" in results["certificate"].detail
     assert "'other-federation'" in results["certificate"].detail
+    assert results["server"].status == "FAIL" and "refused this site's certificate" in results["server"].detail
     assert "rogue-site" not in connected and set(SITES) <= connected
 
 
