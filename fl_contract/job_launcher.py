@@ -73,7 +73,11 @@ class WarmProcess:
         finally:
             theirs.close()
         self.channel = ours
-        self.channel.sendall(json.dumps({"preload": preload}).encode() + b"\n")
+        try:
+            self.channel.sendall(json.dumps({"preload": preload}).encode() + b"\n")
+        except OSError:
+            self.discard()
+            raise
 
     def refusal(self, argv: list[str], env: dict[str, str], custom_dir: str, worker: str) -> str | None:
         """Why this process cannot run the job FLARE would start as `argv` with `env`, FLARE's environment for the
