@@ -9,14 +9,12 @@ discarded).
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from readme_section import write_section
+from interleaved import Times, main, ratio_table
 
 BIN = Path(sys.executable).parent
 COMMANDS = {
@@ -29,8 +27,8 @@ COMMANDS = {
 }
 
 
-def measure(repeats: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+def measure(repeats: int) -> Times:
+    times: Times = {name: [] for name in COMMANDS}
     for round_ in range(repeats + 1):
         for name, command in COMMANDS.items():
             started = time.perf_counter()
@@ -40,26 +38,10 @@ def measure(repeats: int) -> dict[str, list[float]]:
     return times
 
 
-def table(times: dict[str, list[float]], repeats: int) -> str:
-    base = statistics.median(times["python -c pass"])
-    lines = [f"{repeats} interleaved runs each; Python {sys.version.split()[0]}.", "",
-             "| command | median (s) | ratio to `python -c pass` | max (s) |", "| --- | ---: | ---: | ---: |"]
-    for name, values in times.items():
-        median = statistics.median(values)
-        lines.append(f"| `{name}` | {median:.3f} | {median / base:.1f}x | {max(values):.3f} |")
-    return "\n".join(lines)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--write-readme", action="store_true", help="replace the results table in bench/README.md")
-    args = parser.parse_args()
-    text = table(measure(args.repeats), args.repeats)
-    print(text)
-    if args.write_readme:
-        write_section("cli_startup", text)
+def table(times: Times, repeats: int) -> str:
+    return ratio_table({f"`{name}`": values for name, values in times.items()}, repeats, "`python -c pass`",
+                       "command", 3)
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__.splitlines()[0], "cli_startup", 9, measure, table)

@@ -11,13 +11,11 @@ exited, so this is paid at the end of every job (and at every stop of a site or 
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import subprocess
 import sys
 import time
 
-from readme_section import write_section
+from interleaved import Times, main, ratio_table
 
 IMPORTS = "import nvflare.private.fed.app.client.worker_process, site_agent.tasks.segmentation"
 ARMS = {
@@ -27,8 +25,8 @@ ARMS = {
 }
 
 
-def measure(repeats: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {arm: [] for arm in ARMS}
+def measure(repeats: int) -> Times:
+    times: Times = {arm: [] for arm in ARMS}
     for _ in range(repeats):
         for arm, program in ARMS.items():
             done = subprocess.run([sys.executable, "-c", program], check=True, capture_output=True, text=True)
@@ -36,26 +34,9 @@ def measure(repeats: int) -> dict[str, list[float]]:
     return times
 
 
-def table(times: dict[str, list[float]], repeats: int) -> str:
-    base = statistics.median(times["CPython's own exit"])
-    lines = [f"{repeats} interleaved runs each; Python {sys.version.split()[0]}.", "",
-             "| exit | median (s) | ratio to CPython's own | max (s) |", "| --- | ---: | ---: | ---: |"]
-    for arm, values in times.items():
-        median = statistics.median(values)
-        lines.append(f"| {arm} | {median:.2f} | {median / base:.2f}x | {max(values):.2f} |")
-    return "\n".join(lines)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--write-readme", action="store_true", help="replace the results table in bench/README.md")
-    args = parser.parse_args()
-    text = table(measure(args.repeats), args.repeats)
-    print(text)
-    if args.write_readme:
-        write_section("process_exit", text)
+def table(times: Times, repeats: int) -> str:
+    return ratio_table(times, repeats, "CPython's own exit", "exit", 2)
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__.splitlines()[0], "process_exit", 5, measure, table)
