@@ -19,6 +19,12 @@ DEFAULT_ACCEPTED_ROLES = list(SitePolicy().accepted_submitter_roles)
 JOB_RECOVERY = "server_app.recovery.JobRecovery"
 SERVER_HEARTBEAT_TIMEOUT_S = 20
 """A site whose client sends no heartbeat (every 10 s) for this long is gone; FLARE's kits say 600."""
+SERVER_ADMIN_TIMEOUT_S = 30.0
+"""How long the server waits for a site's reply to a request it sends every site, the job's deployment among them
+(FLARE's `admin_timeout`: 10 s). A site whose client is short of CPU (its GPU server busy, or a job process and the
+next job's warm process importing torch beside it) answered a deployment after more than 10 s and was left out of
+the job ("no reply (deployment timeout)"; 3 of 4 runs of a segmentation test at load average 10 on 2 cores). The
+cost: a site that died unnoticed holds up a job's start by up to this long, not 10 s."""
 
 
 COMM_CONFIG: dict[str, float] = {"streaming_retry_wait": 60.0, "streaming_retry_timeout": 600.0}

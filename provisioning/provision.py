@@ -27,6 +27,7 @@ from jobs.registry import server_allow_list, site_allow_list
 from provisioning.policy import (
     COMM_CONFIG,
     DEFAULT_ACCEPTED_ROLES,
+    SERVER_ADMIN_TIMEOUT_S,
     SERVER_HEARTBEAT_TIMEOUT_S,
     SERVER_JOB_LAUNCHER,
     SITE_JOB_LAUNCHER,
@@ -157,6 +158,7 @@ def write_server_policy(kit: Path, storage: Path, participants: Participants, wa
         _job_launcher(resources, SERVER_JOB_LAUNCHER, server_allow_list())
     for server in resources.get("servers", []):
         server["heart_beat_timeout"] = SERVER_HEARTBEAT_TIMEOUT_S
+        server["admin_timeout"] = SERVER_ADMIN_TIMEOUT_S
     _write_json(kit / "local" / "resources.json", resources)
     _write_json(kit / "local" / "comm_config.json", COMM_CONFIG)
     _write_json(kit / "local" / "authorization.json", authorization_policy())

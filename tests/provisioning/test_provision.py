@@ -83,6 +83,14 @@ def test_server_storage_lives_inside_the_federation_workspace(federation):
     assert "/tmp/nvflare" not in json.dumps(resources)
 
 
+def test_the_server_waits_30_s_for_a_deployment_and_drops_a_silent_site_after_20_s(federation):
+    """FLARE reads both from the first `servers` entry of the server's merged resources (its log says "server
+    heartbeat timeout set to 20"); 10 s for a deployment left busy sites out of jobs (provisioning/policy.py)."""
+    servers = json.loads((federation.kit("localhost") / "local" / "resources.json").read_text())["servers"]
+
+    assert [(s["admin_timeout"], s["heart_beat_timeout"]) for s in servers] == [(30.0, 20)]
+
+
 def test_no_role_may_run_custom_code(federation):
     for kit in (federation.kit("localhost"), federation.kit("site-a")):
         policy = json.loads((kit / "local" / "authorization.json").read_text())
