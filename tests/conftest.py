@@ -115,19 +115,37 @@ class FedAvgRun:
     listed: dict[str, str]  # job id -> status, listed once it finished
 
 
+def _site_answer(session: Any, command: str, timeout: float = 60.0) -> str:
+    """The admin command's answer once it reaches the site: while the server's job process starts, the server
+    answers "Cannot find job" itself (it has not got the job's run info from it yet)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = json.dumps(session.do_command(command))
+        if "invalid_job_id" not in answer or time.monotonic() > deadline:
+            return answer
+        time.sleep(1.0)
+
+
 @pytest.fixture(scope="session")
-def fedavg_run(running_federation: RunningFederation, fedavg_job_dir: Path) -> FedAvgRun:
-    """One run of the default FedAvg job (5 rounds) for the tests that check its weights and what the sites kept."""
+def fedavg_run(running_federation: RunningFederation, fedavg_job_dir: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> FedAvgRun:
+    """One run of the default FedAvg job (5 rounds) for the tests that check its weights and what the sites kept,
+    and beside it a long one (200 rounds, aborted) to ask site-1 for its stats while it surely runs there: the
+    default job's 5 rounds can end at site-1 before the admin's command reaches it ("Cannot find job")."""
     session = running_federation.session()
     try:
-        job_id = session.submit_job(str(fedavg_job_dir))
+        job_id = session.submit_job(str(fedavg_job_dir))  # first: it takes the warm job processes
+        long_id = session.submit_job(str(export(build_job(KIND, FedAvgLinearParams(num_rounds=200)),
+                                                tmp_path_factory.mktemp("long-job"))))
         site_1 = AuditLog(running_federation.federation.kit("site-1") / "local")
         deadline = time.monotonic() + 120  # the job runs at site-1: its stats are there to read
-        while not any(e["event"] == "job_started" for e in site_1.entries(job_id)) and time.monotonic() < deadline:
+        while not any(e["event"] == "job_started" for e in site_1.entries(long_id)) and time.monotonic() < deadline:
             time.sleep(0.2)
-        stats = [json.dumps(session.do_command(f"{command} {job_id} client site-1"))
+        stats = [_site_answer(session, f"{command} {long_id} client site-1")
                  for command in ("show_stats", "show_errors")]
+        session.abort_job(long_id)
         outcome = follow_job(session, job_id, timeout=300, download=True, progress=None)
+        follow_job(session, long_id, timeout=120, download=False, progress=None)
         listed = {j["job_id"]: j["status"] for j in session.list_jobs()}
     finally:
         session.close()

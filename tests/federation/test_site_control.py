@@ -184,7 +184,7 @@ def test_a_job_edited_to_run_an_unlisted_class_or_read_a_path_is_refused_at_depl
 
 def test_a_real_job_runs_downloads_and_leaves_ledger_and_audit_entries(running_federation, fedavg_run):
     """The default FedAvg job's run (tests/conftest.py, shared with the reference-weights test): site-1 refused the
-    admin its stats while the job ran there, and every site kept its ledger and audit entries."""
+    admin its stats while a job ran there (a long one beside it), and every site kept its ledger and audit entries."""
     outcome, stats, listed = fedavg_run.outcome, fedavg_run.site_1_stats, fedavg_run.listed
     site_1 = AuditLog(running_federation.federation.kit("site-1") / "local")
 
