@@ -52,6 +52,11 @@ class WeightsEncodingParams(JobParams):
                                  "secure_aggregation off")
 
 
+def encoding_of(params: object) -> str:
+    """The job's `weights_encoding`, or float32 for a kind without the parameter (it sends no weights)."""
+    return params.weights_encoding if isinstance(params, WeightsEncodingParams) else FLOAT32
+
+
 class WeightsEncodingError(ValueError):
     """Weights that cannot be encoded or decoded; the message names the parameter and what to do."""
 

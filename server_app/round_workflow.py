@@ -38,7 +38,7 @@ from fl_contract import secure_aggregation_messages as messages
 from fl_contract.job_params import RoundJob
 from fl_contract.masked_weights import GROUPS, SecureWeightsParams, WeightGroups
 from fl_contract.secure_aggregation import SecureAggregationError
-from fl_contract.weights_encoding import FLOAT32, WeightsEncodingParams, encode_model
+from fl_contract.weights_encoding import encode_model, encoding_of
 from server_app.aggregation import (
     Params,
     RoundIntake,
@@ -170,7 +170,7 @@ class RoundWorkflow(SiteAwareController):
     @property
     def weights_encoding(self) -> str:
         """The dtype weights cross the wire in (the job's `weights_encoding`, fl_contract.weights_encoding)."""
-        return self.job.weights_encoding if isinstance(self.job, WeightsEncodingParams) else FLOAT32
+        return encoding_of(self.job)
 
     def wire(self, params: Params) -> Params:
         """A model as it goes to the sites: in the job's `weights_encoding` (float16 halves its bytes; the global

@@ -30,7 +30,7 @@ from fl_contract.device import describe_device, select_device
 from fl_contract.job_privacy import WEIGHTS, SitePrivacy
 from fl_contract.masked_weights import TASK_MASKED, TRAIN_TASK, SecureWeightsParams
 from fl_contract.secure_aggregation_messages import SESSION
-from fl_contract.weights_encoding import FLOAT32, WeightsEncodingParams, decode_model, encode_update
+from fl_contract.weights_encoding import FLOAT32, decode_model, encode_update, encoding_of
 from site_agent.audit import RESULT_SENT, AuditLog
 from site_agent.masked_updates import TASKS as MASKING_TASKS
 from site_agent.masked_updates import MaskedUpdates
@@ -140,8 +140,7 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
     def weights_encoding(self) -> str:
         """The dtype weights cross the wire in (the job's `weights_encoding`): with float16 the site decodes the
         models it receives and answers with the float16 difference (fl_contract.weights_encoding)."""
-        job = getattr(self, "job", None)
-        return job.weights_encoding if isinstance(job, WeightsEncodingParams) else FLOAT32
+        return encoding_of(getattr(self, "job", None))
 
     def _masking(self, site: str) -> MaskedUpdates | None:
         """The site's masked rounds when the job's parameters (`self.job`, set by the kind's task) say so."""
