@@ -90,11 +90,16 @@ class LoopbackFederation:
         start = log_path.stat().st_size if log_path.is_file() else 0
         participant = self._start(name, self.federation.kit(name), SERVER_MODULE, "fed_server.json", [])
         deadline = time.monotonic() + timeout
-        while SERVER_STARTED not in log_path.read_bytes()[start:]:
-            self._raise_if_exited([name])
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the server did not log 'Server started' within {timeout:.0f} s; see {log_path}")
-            time.sleep(0.1)
+        with log_path.open("rb") as log:
+            log.seek(start)
+            seen = b""
+            while SERVER_STARTED not in seen:
+                self._raise_if_exited([name])
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the server did not log 'Server started' within {timeout:.0f} s; "
+                                       f"see {log_path}")
+                time.sleep(0.1)
+                seen = seen[-len(SERVER_STARTED):] + log.read()  # only what the server wrote since
         return participant
 
     def start_site(self, name: str, kit: Path | None = None, prefix: tuple[str, ...] = ()) -> Participant:
