@@ -21,7 +21,9 @@ start) still fails the job, as FLARE does.
 
 FLARE tells a job's workflow that a site is gone but never why; the component records each site event it hears
 (a job process that failed and how, a client that stopped answering, a client that registered again mid-job) in
-the job's run folder (`server_app.site_events`), where the workflow reads it to name each site's outcome.
+the job's run folder (`server_app.site_events`), where the workflow reads it to name each site's outcome; a client
+that registers again mid-job is reported gone to the job, which FLARE does not do when it is back within the
+server's heartbeat timeout.
 """
 
 from __future__ import annotations
@@ -69,8 +71,10 @@ def clone_meta(meta: dict[str, Any]) -> dict[str, Any]:
 
 SITE_JOB_FAILURES = (ProcessExitCode.EXCEPTION, ProcessExitCode.INFRASTRUCTURE_ERROR)
 JOB_PROCESS_FAILED_PREFIX = "job process failed: "
+CLIENT_RESTARTED = "client registered again"
 FLARE_REASONS = {"client dead": (CLIENT_GONE, "no heartbeat within the server's timeout"),
-                 "missing job on client": (JOB_PROCESS_FAILED, "its client runs, but the job is gone from it")}
+                 "missing job on client": (JOB_PROCESS_FAILED, "its client runs, but the job is gone from it"),
+                 CLIENT_RESTARTED: (RETURNED, "registered again while the job runs")}
 """The reasons FLARE's main process gives when it tells a job that a site is gone, in our words."""
 
 
@@ -117,12 +121,22 @@ def _run_dir(engine: Any, job_id: str) -> Path:
     return Path(engine.get_workspace().get_run_dir(job_id))
 
 
-def record_returning_site(engine: Any, site: str) -> None:
-    """A site that registers while a job it takes part in runs has restarted: say so to that job."""
+def report_returning_site(engine: Any, site: str) -> None:
+    """A site that registers while a job it takes part in runs has restarted, and FLARE never redeploys a running
+    job to it: report it dead to that job (recorded by `record_dead_site_reasons`).
+
+    FLARE does not, by itself, when the site comes back within the server's heartbeat timeout (a service manager's
+    restart, a quick reboot): registering again gives the client a new token and drops the old one, so the old
+    client's heartbeat never times out ("client dead"), and the new one's empty job list is not matched to the job,
+    whose participants hold the old token ("missing job on client"). The job's tasks then waited for the site until
+    their own timeout (600 s), and once the job ended FLARE failed it, the site having no outcome of the job to
+    report. As for a client that died (FLARE's `notify_dead_client`), the site's outcome is settled now. Should the
+    site's job process be alive after all, its next request to the job takes it off FLARE's dead-site watch list."""
     for job_id, info in dict(engine.run_processes).items():
         participants = (info or {}).get(RunProcessKey.PARTICIPANTS) or {}
         if any(getattr(client, "name", None) == site for client in participants.values()):
-            append_event(_run_dir(engine, job_id), site, RETURNED, "registered again while the job runs")
+            engine.job_runner.resolve_client_outcome(job_id, site)
+            engine.notify_dead_job(job_id, site, CLIENT_RESTARTED)
 
 
 def record_deployed_job(engine: Any, fl_ctx: FLContext) -> None:
@@ -151,7 +165,7 @@ class JobRecovery(FLComponent):
         elif event_type == EventType.CLIENT_REGISTER_PROCESSED:
             peer = fl_ctx.get_peer_context()
             if peer is not None and peer.get_identity_name():
-                record_returning_site(engine, peer.get_identity_name())
+                report_returning_site(engine, peer.get_identity_name())
         elif event_type == EventType.SYSTEM_START:
             self._start(engine, fl_ctx)
 
