@@ -19,8 +19,12 @@ from server_app.transfers import METER_ID, TransferMeter
 from site_agent.transfers import TaskClock
 
 APP_PACKAGES = ["fl_contract", "site_agent", "server_app"]
-DEAD_SITE_CHECK_LEAD_S = 10.0
-"""FLARE checks for dead sites only this long after a task was sent (its default, 30 s, hides a fast death)."""
+DEAD_SITE_CHECK_LEAD_S = 3.0
+"""FLARE checks whether a task waits only for dead sites this long after the task was sent (its default is 30 s).
+Every round sent while a site is already deemed gone waits this long for it, once the others have answered: with
+10 s, each round of a fedavg-linear job after a site died took 10 s (0.6 s before). The lead guards against a race
+that `dead_site_grace_s` covers already (a site reported gone is deemed gone only after the grace, and any request
+it sends the job in between takes it off FLARE's watch list), so 3 s leaves it a margin of six task requests."""
 TASK_REQUEST_INTERVAL_S = 0.5
 """How long a site waits after each task, and after each request the server had no task for, before asking again.
 FLARE's default is 2 s: every task of a round then ends >= 2 s before the site can take the next one, 8 s of idle

@@ -12,6 +12,7 @@ import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.decomposers import common_decomposers
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
+from nvflare.fuel.flare_api.flare_api import Session
 from nvflare.fuel.utils import fobs
 
 from federation_tools.loopback import free_port
@@ -137,3 +138,8 @@ def wait_for_server_log(federation: Federation, job_id: str, text: str, timeout:
         if time.monotonic() > deadline:
             raise TimeoutError(f"the server log of job {job_id} did not show {text!r} within {timeout:.0f} s")
         time.sleep(0.05)
+
+
+def submit(session: Session, job_dir: Path) -> str:
+    """Submit an exported job through the FLARE API; its id."""
+    return str(session.submit_job(str(job_dir)))

@@ -1,8 +1,10 @@
-"""Faults on a real provisioned federation: an abort, a site that dies mid-job, the server killed and restarted.
+"""Faults on a real provisioned federation, met by the fedavg-linear reference job: an abort, FLARE ending a run
+for too few sites, links down, a dead job process and a dead site, the server killed and restarted.
 
 Each ends in a named result: the job finishes without the dead site, stops as "aborted" with its completed rounds,
 or resumes after the restart from its last completed round with the same final model an uninterrupted run gives.
-Processes are killed by their own PIDs (SIGKILL, as a crash would).
+Processes are killed by their own PIDs (SIGKILL, as a crash would). The other job kinds meet the same faults in
+test_kind_faults.py, on a federation of their own (the two modules run side by side in the suite).
 """
 
 from __future__ import annotations
@@ -11,37 +13,17 @@ import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-import torch
-from nvflare.fuel.flare_api.flare_api import Session
-from support import ADMIN, SITES, provision_demo_federation, wait_for_rounds, wait_for_server_log
+from support import ADMIN, SITES, provision_demo_federation, submit, wait_for_rounds
 
 from federation_tools.loopback import LoopbackFederation
-from fl_contract.models import build_model
-from fl_contract.params import JobParams
-from fl_contract.segmentation import MODEL
 from jobs.admin import follow_job
 from jobs.common import build_job, export
-from jobs.demo_data import isic_demo_site
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
-from jobs.inference.spec import KIND as INFERENCE_KIND
-from jobs.inference.spec import InferenceParams
-from jobs.playerfl.demo import DEMO_JOB_ARGS
-from jobs.playerfl.spec import KIND as PLAYERFL
-from jobs.playerfl.spec import PLayerFLParams
-from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
-from jobs.segmentation.spec import KIND as SEGMENTATION
-from jobs.spec import JobKind
 from provisioning.provision import Federation
-from server_app.results import BEST_MODEL_FILE
-from server_app.server_config import write_server_config
 from site_agent.data.linear_demo import generate_linear_sites
-from site_agent.data.synthetic_brats import write_brats_site
-from site_agent.site_config import SiteConfig, write_site_config
 
 pytestmark = pytest.mark.federation
 
@@ -49,24 +31,10 @@ pytestmark = pytest.mark.federation
 @pytest.fixture(scope="module")
 def fault_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Federation, LoopbackFederation]]:
     """A federation of its own: these tests kill its processes."""
-    workspace = tmp_path_factory.mktemp("faults")
-    federation = provision_demo_federation(workspace)
-    for index, site in enumerate(SITES, start=1):  # PLayer-FL's ISIC data and cases to segment beside the others
-        datasets = dict(SiteConfig.for_kit(federation.kit(site)).datasets)
-        cases, results = workspace / "data" / site / "to-segment", workspace / "data" / site / "segmented"
-        write_brats_site(cases, index, n_cases=INFERENCE_CASES, shape=(48, 48, 48), layout="nifti")
-        results.mkdir()
-        write_site_config(federation.kit(site), {**datasets, "isic": isic_demo_site(index, site, workspace / "data"),
-                                                 "brats_inference": str(cases), "brats_results": str(results)})
-    models = workspace / "server-models" / "run-1"  # the model an inference job sends: any SegResNet of the right shape
-    models.mkdir(parents=True)
-    torch.manual_seed(0)
-    torch.save(build_model(MODEL, **INFERENCE.model_args()).state_dict(), models / BEST_MODEL_FILE)
-    write_server_config(federation.kit(federation.server), {"run-1": str(models)})
-    loopback = LoopbackFederation(federation)
+    loopback = LoopbackFederation(provision_demo_federation(tmp_path_factory.mktemp("faults")))
     try:
         loopback.bring_up(ADMIN)
-        yield federation, loopback
+        yield loopback.federation, loopback
     finally:
         loopback.stop(ADMIN)
 
@@ -95,10 +63,6 @@ def _lost_a_dead_sites_upload(federation: Federation, job_id: str) -> bool:
     return log.is_file() and "failed to decode streamed submit_update" in log.read_text(errors="replace")
 
 
-def _submit(session: Session, job_dir: Path) -> str:
-    return str(session.submit_job(str(job_dir)))
-
-
 def test_abort_stops_within_a_round_and_a_new_submission_never_resumes_it(fault_federation, tmp_path):
     """An aborted run keeps its completed rounds; the same kind submitted again with another setting starts afresh
     (a checkpoint belongs to its own run), and reaches the reference weights of its own configuration."""
@@ -107,13 +71,13 @@ def test_abort_stops_within_a_round_and_a_new_submission_never_resumes_it(fault_
     again_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=3)), tmp_path / "again")
     session = loopback.session(ADMIN)
     try:
-        job_id = _submit(session, job_dir)
+        job_id = submit(session, job_dir)
         wait_for_rounds(federation, job_id, 2)
         aborted_at = time.monotonic()
         session.abort_job(job_id)
         outcome = follow_job(session, job_id, timeout=120, progress=None)
         stopped_in = time.monotonic() - aborted_at
-        again = follow_job(session, _submit(session, again_dir), timeout=180, progress=None)
+        again = follow_job(session, submit(session, again_dir), timeout=180, progress=None)
     finally:
         session.close()
 
@@ -135,7 +99,7 @@ def test_flare_ending_the_run_for_too_few_sites_names_the_site_and_why(fault_fed
                      tmp_path)
     session = loopback.session(ADMIN)
     try:
-        job_id = _submit(session, job_dir)
+        job_id = submit(session, job_dir)
         wait_for_rounds(federation, job_id, 2)
         assert loopback.kill_job_processes("site-2") == 1
         outcome = follow_job(session, job_id, timeout=120, progress=None)
@@ -159,7 +123,7 @@ def test_a_site_offline_30_s_and_every_link_down_40_s_leave_a_completed_job(faul
     job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=rounds, min_clients=len(SITES))), tmp_path)
     session = loopback.session(ADMIN)
     try:
-        job_id = _submit(session, job_dir)
+        job_id = submit(session, job_dir)
         wait_for_rounds(federation, job_id, 2)
         with loopback.link_down("site-2"):
             time.sleep(30)
@@ -189,7 +153,7 @@ def test_a_dead_job_process_and_a_dead_site_are_named_and_the_job_finishes_witho
     job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=8, min_clients=1)), tmp_path)
     session = loopback.session(ADMIN)
     try:
-        job_id = _submit(session, job_dir)
+        job_id = submit(session, job_dir)
         wait_for_rounds(federation, job_id, 2)
         assert loopback.kill_job_processes("site-2") == 1
         wait_for_rounds(federation, job_id, 3, timeout=60)
@@ -219,7 +183,7 @@ def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_f
     said: list[str] = []  # what `fl-job submit` prints, following the job through jobs.admin across the restart
     session = loopback.session(ADMIN)
     try:
-        job_id = _submit(session, job_dir)
+        job_id = submit(session, job_dir)
         with ThreadPoolExecutor(1) as follower:
             following = follower.submit(follow_job, session, job_id, 300, True, said.append)
             wait_for_rounds(federation, job_id, 3)
@@ -242,85 +206,3 @@ def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_f
     assert results["resumed_after_round"] >= 3
     assert [r["round"] for r in results["rounds"]] == list(range(1, rounds + 1))
     assert results["rounds"][-1]["global_weights"]["weight"] == pytest.approx(_reference_weights(rounds), abs=1e-5)
-
-
-INFERENCE_CASES = 8  # 48^3 each: seconds of work per site, time to strike mid-job
-INFERENCE = InferenceParams(model="run-1", min_clients=2, **{k: CPU_DEMO[k] for k in (
-    "roi_size", "init_filters", "blocks_down", "blocks_up", "dropout_prob")})
-GAUNTLET: dict[str, tuple[JobKind[Any], JobParams]] = {
-    "brats-segmentation": (SEGMENTATION, SegmentationParams(num_rounds=3, min_clients=2, tracking=False, **CPU_DEMO)),
-    "playerfl": (PLAYERFL, PLayerFLParams(**{**DEMO_JOB_ARGS, "num_rounds": 3, "local_epochs": 1, "min_clients": 2})),
-}
-
-
-@pytest.mark.parametrize("name", sorted(GAUNTLET))
-def test_job_kind_survives_a_dead_site_a_server_restart_and_an_abort(fault_federation, tmp_path, name):
-    """One job meets a site killed mid-round (it goes on without it) and the server killed and restarted (it
-    resumes and completes every round); a second run of the job, beside the resumed one (FLARE runs up to 4 jobs at
-    once), is aborted and keeps its completed rounds."""
-    federation, loopback = fault_federation
-    kind, params = GAUNTLET[name]
-    job_dir = export(build_job(kind, params), tmp_path)
-    session = loopback.session(ADMIN)
-    try:
-        job_id = _submit(session, job_dir)
-        wait_for_rounds(federation, job_id, 1, timeout=300)
-        loopback.kill_participant("site-3")
-        wait_for_rounds(federation, job_id, 2, timeout=120)
-        loopback.kill_participant(federation.server)  # at once: the last round must still be ahead
-    finally:
-        session.close()
-    loopback.bring_up(ADMIN)  # the server and site-3
-    session = loopback.session(ADMIN)
-    try:
-        aborted_id = _submit(session, job_dir)
-        wait_for_rounds(federation, aborted_id, 1, timeout=300)
-        session.abort_job(aborted_id)
-        aborted = follow_job(session, aborted_id, timeout=120, progress=None)
-        resumed = follow_job(session, job_id, timeout=600, progress=None)
-    finally:
-        session.close()
-
-    results = resumed.results()
-    without_site_3 = [r for r in results["rounds"] if "site-3" not in r["sites"]]
-    assert resumed.completed, resumed.refusal()
-    assert results["resumed_after_round"] >= 2 and [r["round"] for r in results["rounds"]] == [1, 2, 3]
-    assert without_site_3 and "stopped answering" in without_site_3[0]["outcomes"]["site-3"], without_site_3[0]
-    assert aborted.status == "FINISHED:ABORTED" and aborted.results()["status"] == "aborted"
-    assert len(aborted.results()["rounds"]) >= 1
-
-
-def test_inference_goes_on_without_a_dead_site_and_stops_named_on_a_server_restart_or_an_abort(fault_federation,
-                                                                                             tmp_path):
-    """brats-inference is one task: a site killed during it is named and the others' cases are segmented; the
-    server killed during it closes the job with 'submit it again'; an abort stops it."""
-    federation, loopback = fault_federation
-    job_dir = export(build_job(INFERENCE_KIND, INFERENCE), tmp_path)
-    session = loopback.session(ADMIN)
-    try:
-        finished_id = _submit(session, job_dir)
-        wait_for_server_log(federation, finished_id, "to the sites")
-        loopback.kill_participant("site-3")
-        finished = follow_job(session, finished_id, timeout=300, progress=None)
-        interrupted = _submit(session, job_dir)
-        wait_for_server_log(federation, interrupted, "to the sites")
-        loopback.kill_participant(federation.server)
-    finally:
-        session.close()
-    loopback.bring_up(ADMIN)  # the server and site-3
-    session = loopback.session(ADMIN)
-    try:
-        closed = follow_job(session, interrupted, timeout=120, progress=None)
-        aborted_id = _submit(session, job_dir)
-        wait_for_server_log(federation, aborted_id, "to the sites")
-        session.abort_job(aborted_id)
-        aborted = follow_job(session, aborted_id, timeout=120, progress=None)
-    finally:
-        session.close()
-
-    results = finished.results()
-    assert finished.completed and results["status"] == "finished", finished.refusal()
-    assert results["no_result"] == ["site-3"] and sorted(results["sites"]) == ["site-1", "site-2"]
-    assert all(r["cases_segmented"] == INFERENCE_CASES for r in results["sites"].values())
-    assert closed.status == "FINISHED:ABNORMAL" and "submit it again" in closed.meta.get("interrupted", "")
-    assert aborted.status == "FINISHED:ABORTED" and aborted.results()["status"] == "aborted"

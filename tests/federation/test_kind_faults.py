@@ -1,0 +1,144 @@
+"""The segmentation, PLayer-FL and inference kinds meet a site killed mid-job, the server killed and restarted,
+and an abort, on a real provisioned federation of their own: each finishes without the dead site, resumes after
+the restart (inference, one task, is closed with 'submit it again') and stops as "aborted" when aborted.
+Processes are killed by their own PIDs (SIGKILL, as a crash would); test_faults.py has the fedavg-linear faults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from support import ADMIN, SITES, provision_demo_federation, submit, wait_for_rounds, wait_for_server_log
+
+from federation_tools.loopback import LoopbackFederation
+from fl_contract.models import build_model
+from fl_contract.params import JobParams
+from fl_contract.segmentation import MODEL
+from jobs.admin import follow_job
+from jobs.common import build_job, export
+from jobs.demo_data import isic_demo_site
+from jobs.inference.spec import KIND as INFERENCE_KIND
+from jobs.inference.spec import InferenceParams
+from jobs.playerfl.demo import DEMO_JOB_ARGS
+from jobs.playerfl.spec import KIND as PLAYERFL
+from jobs.playerfl.spec import PLayerFLParams
+from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
+from jobs.segmentation.spec import KIND as SEGMENTATION
+from jobs.spec import JobKind
+from provisioning.provision import Federation
+from server_app.results import BEST_MODEL_FILE
+from server_app.server_config import write_server_config
+from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.site_config import SiteConfig, write_site_config
+
+pytestmark = pytest.mark.federation
+
+
+INFERENCE_CASES = 8  # 48^3 each: seconds of work per site, time to strike mid-job
+INFERENCE = InferenceParams(model="run-1", min_clients=2, **{k: CPU_DEMO[k] for k in (
+    "roi_size", "init_filters", "blocks_down", "blocks_up", "dropout_prob")})
+GAUNTLET: dict[str, tuple[JobKind[Any], JobParams]] = {
+    "brats-segmentation": (SEGMENTATION, SegmentationParams(num_rounds=3, min_clients=2, tracking=False, **CPU_DEMO)),
+    "playerfl": (PLAYERFL, PLayerFLParams(**{**DEMO_JOB_ARGS, "num_rounds": 3, "local_epochs": 1, "min_clients": 2})),
+}
+
+
+@pytest.fixture(scope="module")
+def fault_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Federation, LoopbackFederation]]:
+    """A federation of its own (these tests kill its processes), its sites with ISIC images and cases to segment."""
+    workspace = tmp_path_factory.mktemp("kind-faults")
+    federation = provision_demo_federation(workspace)
+    for index, site in enumerate(SITES, start=1):  # PLayer-FL's ISIC data and cases to segment beside the others
+        datasets = dict(SiteConfig.for_kit(federation.kit(site)).datasets)
+        cases, results = workspace / "data" / site / "to-segment", workspace / "data" / site / "segmented"
+        write_brats_site(cases, index, n_cases=INFERENCE_CASES, shape=(48, 48, 48), layout="nifti")
+        results.mkdir()
+        write_site_config(federation.kit(site), {**datasets, "isic": isic_demo_site(index, site, workspace / "data"),
+                                                 "brats_inference": str(cases), "brats_results": str(results)})
+    models = workspace / "server-models" / "run-1"  # the model an inference job sends: any SegResNet of the right shape
+    models.mkdir(parents=True)
+    torch.manual_seed(0)
+    torch.save(build_model(MODEL, **INFERENCE.model_args()).state_dict(), models / BEST_MODEL_FILE)
+    write_server_config(federation.kit(federation.server), {"run-1": str(models)})
+    loopback = LoopbackFederation(federation)
+    try:
+        loopback.bring_up(ADMIN)
+        yield federation, loopback
+    finally:
+        loopback.stop(ADMIN)
+
+
+@pytest.mark.parametrize("name", sorted(GAUNTLET))
+def test_job_kind_survives_a_dead_site_a_server_restart_and_an_abort(fault_federation, tmp_path, name):
+    """One job meets a site killed mid-round (it goes on without it) and the server killed and restarted (it
+    resumes and completes every round); a second run of the job, beside the resumed one (FLARE runs up to 4 jobs at
+    once), is aborted and keeps its completed rounds."""
+    federation, loopback = fault_federation
+    kind, params = GAUNTLET[name]
+    job_dir = export(build_job(kind, params), tmp_path)
+    session = loopback.session(ADMIN)
+    try:
+        job_id = submit(session, job_dir)
+        wait_for_rounds(federation, job_id, 1, timeout=300)
+        loopback.kill_participant("site-3")
+        wait_for_rounds(federation, job_id, 2, timeout=120)
+        loopback.kill_participant(federation.server)  # at once: the last round must still be ahead
+    finally:
+        session.close()
+    loopback.bring_up(ADMIN)  # the server and site-3
+    session = loopback.session(ADMIN)
+    try:
+        aborted_id = submit(session, job_dir)
+        wait_for_rounds(federation, aborted_id, 1, timeout=300)
+        session.abort_job(aborted_id)
+        aborted = follow_job(session, aborted_id, timeout=120, progress=None)
+        resumed = follow_job(session, job_id, timeout=600, progress=None)
+    finally:
+        session.close()
+
+    results = resumed.results()
+    without_site_3 = [r for r in results["rounds"] if "site-3" not in r["sites"]]
+    assert resumed.completed, resumed.refusal()
+    assert results["resumed_after_round"] >= 2 and [r["round"] for r in results["rounds"]] == [1, 2, 3]
+    assert without_site_3 and "stopped answering" in without_site_3[0]["outcomes"]["site-3"], without_site_3[0]
+    assert aborted.status == "FINISHED:ABORTED" and aborted.results()["status"] == "aborted"
+    assert len(aborted.results()["rounds"]) >= 1
+
+
+def test_inference_goes_on_without_a_dead_site_and_stops_named_on_a_server_restart_or_an_abort(fault_federation,
+                                                                                             tmp_path):
+    """brats-inference is one task: a site killed during it is named and the others' cases are segmented; the
+    server killed during it closes the job with 'submit it again'; an abort stops it."""
+    federation, loopback = fault_federation
+    job_dir = export(build_job(INFERENCE_KIND, INFERENCE), tmp_path)
+    session = loopback.session(ADMIN)
+    try:
+        finished_id = submit(session, job_dir)
+        wait_for_server_log(federation, finished_id, "to the sites")
+        loopback.kill_participant("site-3")
+        finished = follow_job(session, finished_id, timeout=300, progress=None)
+        interrupted = submit(session, job_dir)
+        wait_for_server_log(federation, interrupted, "to the sites")
+        loopback.kill_participant(federation.server)
+    finally:
+        session.close()
+    loopback.bring_up(ADMIN)  # the server and site-3
+    session = loopback.session(ADMIN)
+    try:
+        closed = follow_job(session, interrupted, timeout=120, progress=None)
+        aborted_id = submit(session, job_dir)
+        wait_for_server_log(federation, aborted_id, "to the sites")
+        session.abort_job(aborted_id)
+        aborted = follow_job(session, aborted_id, timeout=120, progress=None)
+    finally:
+        session.close()
+
+    results = finished.results()
+    assert finished.completed and results["status"] == "finished", finished.refusal()
+    assert results["no_result"] == ["site-3"] and sorted(results["sites"]) == ["site-1", "site-2"]
+    assert all(r["cases_segmented"] == INFERENCE_CASES for r in results["sites"].values())
+    assert closed.status == "FINISHED:ABNORMAL" and "submit it again" in closed.meta.get("interrupted", "")
+    assert aborted.status == "FINISHED:ABORTED" and aborted.results()["status"] == "aborted"
