@@ -1,0 +1,123 @@
+"""Where a command's CPU time goes, by the kind of process that spent it: the kits' warm job processes importing
+ahead, sites' and the server's job processes, the FLARE parents, the simulator, and the rest.
+
+    .venv/bin/python bench/process_cpu.py [--write-readme] -- bash scripts/test.sh
+
+It runs the command and reads every process's CPU time (user + system, /proc/PID/stat) once a second until the
+command ends; a process that lived less than a second between two reads is missed, and one that ends between reads
+loses at most its last second. A warm job process (`fl_contract.warm_job`) becomes a job process when a job comes
+(its title turns into FLARE's command line), so its CPU up to that moment counts as importing ahead and the rest
+as the job's. The suite's two workers share 2 cores and keep them busy, so the suite's time follows its CPU: this
+says which part of that to cut.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from readme_section import write_section
+
+TICKS = os.sysconf("SC_CLK_TCK")
+WARM = "warm job processes importing ahead"
+ROLES = (  # (text in the command line, role), the first that matches
+    ("fl_contract.warm_job", WARM),
+    ("nvflare.private.fed.app.client.worker_process", "sites' job processes"),
+    ("nvflare.private.fed.app.server.runner_process", "the server's job processes"),
+    ("nvflare.private.fed.app.client.client_train", "FLARE site clients (parents)"),
+    ("nvflare.private.fed.app.server.server_train", "FLARE servers (parents)"),
+    ("simulator", "the FLARE simulator and its sites"),
+    ("fl-job", "the FLARE simulator and its sites"),
+)
+OTHER = "everything else (test processes, tools, the system)"
+
+
+def role_of(command: str) -> str:
+    return next((role for text, role in ROLES if text in command), OTHER)
+
+
+@dataclass
+class Seen:
+    """One process (pid and start time) as last read: its CPU since the first read, and its CPU while warm."""
+
+    role: str
+    cpu: float = 0.0
+    warm: float = 0.0
+    base: float = 0.0
+
+
+@dataclass
+class Sampler:
+    processes: dict[tuple[str, str], Seen] = field(default_factory=dict)
+
+    def read(self, first: bool = False) -> None:
+        """Read every process once; on the first read, what each process had spent already is left out."""
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as stat_file:
+                    stat = stat_file.read()
+                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                    command = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue  # ended between the listing and the read
+            fields = stat[stat.rfind(")") + 2:].split()
+            cpu = (int(fields[11]) + int(fields[12])) / TICKS
+            key = (pid, fields[19])  # the pid and its start time: a reused pid is another process
+            seen = self.processes.setdefault(key, Seen(role_of(command), base=cpu if first else 0.0))
+            seen.role = role_of(command)
+            seen.cpu = cpu - seen.base
+            if seen.role == WARM:
+                seen.warm = seen.cpu
+
+    def totals(self) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for seen in self.processes.values():
+            totals[WARM] = totals.get(WARM, 0.0) + seen.warm
+            if seen.role != WARM:
+                totals[seen.role] = totals.get(seen.role, 0.0) + seen.cpu - seen.warm
+        return totals
+
+
+def measure(command: list[str]) -> tuple[dict[str, float], float, int]:
+    """Run `command`, reading every process once a second; (CPU-s by role, wall seconds, exit code)."""
+    sampler = Sampler()
+    sampler.read(first=True)
+    started = time.monotonic()
+    process = subprocess.Popen(command)
+    while process.poll() is None:
+        time.sleep(1.0)
+        sampler.read()
+    return sampler.totals(), time.monotonic() - started, process.returncode
+
+
+def table(totals: dict[str, float], wall: float, command: list[str]) -> str:
+    total = sum(totals.values())
+    rows = [f"`{' '.join(command)}`: {wall:.0f} s wall, {total:.0f} CPU-s on {os.cpu_count()} cores "
+            f"({total / wall / (os.cpu_count() or 1):.0%} busy); Python {sys.version.split()[0]}.", "",
+            "| process | CPU-s | share |", "| --- | ---: | ---: |"]
+    for role, cpu in sorted(totals.items(), key=lambda item: -item[1]):
+        if cpu >= 0.5:
+            rows.append(f"| {role} | {cpu:.0f} | {cpu / total:.0%} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write-readme", action="store_true", help="replace the results table in bench/README.md")
+    parser.add_argument("command", nargs="+", help="the command to measure (after --)")
+    args = parser.parse_args()
+    totals, wall, code = measure(args.command)
+    text = table(totals, wall, args.command)
+    print(text)
+    if code != 0:
+        raise SystemExit(f"the command exited with {code}; nothing written")
+    if args.write_readme:
+        write_section("process_cpu", text)
+
+
+if __name__ == "__main__":
+    main()
