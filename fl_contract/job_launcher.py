@@ -1,22 +1,23 @@
-"""The kits' job launcher: each FLARE job process starts from a warm process that imported torch, MONAI, FLARE's
-job-process modules and our task modules before the job came, instead of a fresh Python that imports them after.
+"""The kits' job launcher: each FLARE job process is forked from a warm process that imported torch, MONAI, FLARE's
+job-process modules and our task modules once, instead of a fresh Python that imports them after the job came.
 
 FLARE starts every job in a new `python -m <worker module> ...` (client: `worker_process`, server:
 `runner_process`); on 2 cores, four of them importing torch and MONAI at once took most of the 8-12 s from submit to
-the first task (bench/README.md, job start-up). `fl-provision` puts these launchers in every kit in place of FLARE's
-`process_launcher` (`--flare-job-launcher` keeps FLARE's).
+the first task (bench/README.md, job start-up), and the imports were most of the test suite's CPU. `fl-provision`
+puts these launchers in every kit in place of FLARE's `process_launcher` (`--flare-job-launcher` keeps FLARE's).
 
-Each FLARE parent (a site's client, the server) keeps one warm process (`fl_contract.warm_job`), its own child in a
-session of its own, started from FLARE's parent the way FLARE starts a job process (fork and exec of
-`sys.executable`, never a fork of the multi-threaded parent). A launch hands the job's command line, environment and
-working folder to it and it runs FLARE's worker module itself: the job process is still the parent's child, so
-FLARE's own handle waits for it, kills its process group on terminate and maps its exit code (0, 1, 9) unchanged,
-and the worker's watch of its parent process sees the FLARE parent. When that job ends a new warm process starts
-(importing the modules of the classes the job used, of those the kit lists), so the next job is warm too; starting
-it at once would put its imports on the cores the starting job needs. A job gets FLARE's own launch, and the parent's
-log says why, when no warm process is alive (taken by a job still running, died, could not start), when its
-environment, working folder or interpreter would differ from the job's, or when the job has a `custom/` folder: a
-warm process never runs code a job brought.
+Each FLARE parent (a site's client, the server) keeps one warm process (`fl_contract.warm_job`, a fork server), its
+own child in a session of its own, started from FLARE's parent the way FLARE starts a job process (fork and exec of
+`sys.executable`, never a fork of the multi-threaded parent). A launch sends it the job's command line, environment,
+working folder and the kit modules the job names; it forks a child that runs FLARE's worker module itself, in a
+session of its own, and reports the child's exit code back. FLARE's own handle sees that child as it sees a process
+it started: it polls and waits on it, kills its process group on terminate and maps its exit code (0, 1, 9)
+unchanged. Any number of jobs fork from the one warm process, one after another or at once. A job gets FLARE's own
+launch, and the parent's log says why, when no warm process is alive (died, could not start, did not answer), when
+its environment, working folder or interpreter would differ from the job's (a new warm process then follows, and
+the old one ends once its jobs have), or when the job has a `custom/` folder: a warm process never runs code a job
+brought. A warm process that dies takes its running jobs with it (each job's FLARE worker stops when its parent
+goes); their ends are then seen by their pids, and the log says their exit codes were lost.
 
 Both sides use it and it imports no torch, so it sits in the contract package, the one package site and server share
 (its FLARE imports are FLARE's job-launcher API only).
@@ -27,15 +28,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import shlex
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_constant import FLContextKey, JobConstants
 from nvflare.apis.fl_context import FLContext
@@ -50,16 +54,48 @@ from nvflare.utils.job_launcher_utils import (
 )
 from nvflare.utils.process_utils import ProcessAdapter
 
+from fl_contract.warm_job import Channel
+
 WARM_MODULE = "fl_contract.warm_job"
 CLIENT_WORKER = "nvflare.private.fed.app.client.worker_process"
 SERVER_WORKER = "nvflare.private.fed.app.server.runner_process"
 PYTHONPATH = "PYTHONPATH"
 
 
+FORK_REPLY_TIMEOUT_S = 120.0
+"""How long a launch waits for the warm process's pid: it may be importing one large module ahead first (MONAI
+takes 7 s alone on an idle 2-core machine). A warm process that does not answer is ended; the job gets FLARE's
+launch."""
+
+ORPHAN_POLL_S = 1.0
+"""How often the jobs of a warm process that died are looked for by pid, until each has ended."""
+
+
+class ForkedJob:
+    """A job process the warm process forked, as FLARE's `ProcessAdapter` uses a `Popen`: pid, poll and wait."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+        self._ended = threading.Event()
+
+    def end(self, code: int) -> None:
+        self.returncode = code
+        self._ended.set()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._ended.wait(timeout)
+        return self.returncode
+
+
 class WarmProcess:
-    """One warm process and the socket to it; it imports `preload` at once and waits for a job."""
+    """One warm process (a fork server), the socket to it and the jobs it forked; it imports `preload` at once."""
 
     def __init__(self, preload: list[str]):
+        self.logger = logging.getLogger(type(self).__name__)
         ours, theirs = socket.socketpair()
         # FLARE's job environment: the parent's, with the parent's import path as PYTHONPATH
         self.env = {**os.environ, PYTHONPATH: os.pathsep.join(sys.path)}
@@ -72,15 +108,22 @@ class WarmProcess:
             raise
         finally:
             theirs.close()
-        self.channel = ours
+        self.sock = ours
+        self.channel = Channel(ours)
+        self.jobs: dict[int, ForkedJob] = {}
+        self.retired = False
+        self._replies: queue.Queue[ForkedJob | str | None] = queue.Queue()
+        self._request_lock = threading.Lock()
+        self._jobs_lock = threading.Lock()
         try:
-            self.channel.sendall(json.dumps({"preload": preload}).encode() + b"\n")
+            self.channel.send({"preload": preload})
         except OSError:
             self.discard()
             raise
+        threading.Thread(target=self._read, name=f"warm-process-{self.process.pid}", daemon=True).start()
 
     def refusal(self, argv: list[str], env: dict[str, str], custom_dir: str, worker: str) -> str | None:
-        """Why this process cannot run the job FLARE would start as `argv` with `env`, FLARE's environment for the
+        """Why this process cannot fork the job FLARE would start as `argv` with `env`, FLARE's environment for the
         job, credentials aside (None: it can)."""
         if (code := self.process.poll()) is not None:
             return f"the warm process {self.process.pid} exited with code {code}"
@@ -88,27 +131,108 @@ class WarmProcess:
             return f"the job's command {' '.join(argv[:3])!r} is not `{sys.executable} -m {worker}`"
         if os.path.exists(custom_dir):
             return f"the job has a custom code folder ({custom_dir})"
+        return self.staleness(env, custom_dir)
+
+    def staleness(self, env: dict[str, str], custom_dir: str) -> str | None:
+        """Why no later job can fork from this process either (its working folder or environment is no longer the
+        parent's), or None."""
         if os.getcwd() != self.cwd:
             return f"the working folder changed from {self.cwd} to {os.getcwd()}"
         expected = {**self.env, PYTHONPATH: self.env[PYTHONPATH] + os.pathsep + custom_dir}
         changed = sorted(k for k in expected.keys() | env.keys() if expected.get(k) != env.get(k))
         return f"the environment changed since it started ({', '.join(changed)})" if changed else None
 
-    def hand_over(self, argv: list[str], env: dict[str, str]) -> None:
-        """Send the job; the process becomes it (raises OSError when the process is gone)."""
+    def fork(self, job_id: str, argv: list[str], env: dict[str, str], modules: list[str]) -> ForkedJob:
+        """The job's process, forked by the warm process (raises OSError when it is gone, fails or does not
+        answer within FORK_REPLY_TIMEOUT_S)."""
+        with self._request_lock:
+            self.channel.send({"job": job_id, "argv": argv, "env": env, "cwd": self.cwd, "modules": modules})
+            try:
+                reply = self._replies.get(timeout=FORK_REPLY_TIMEOUT_S)
+            except queue.Empty:
+                raise TimeoutError(f"no answer within {FORK_REPLY_TIMEOUT_S:.0f} s") from None
+        if reply is None:
+            raise ConnectionError("it closed its socket")
+        if isinstance(reply, str):
+            raise OSError(reply)
+        return reply
+
+    def _read(self) -> None:
+        """The warm process's answers: a forked job's pid (registered here, before its end can be read), a failed
+        fork, an ended job's exit code; at the socket's end, the jobs still running are watched by pid."""
         try:
-            self.channel.sendall(json.dumps({"argv": argv, "env": env, "cwd": self.cwd}).encode() + b"\n")
-        finally:
-            self.channel.close()
+            while (message := self.channel.read()) is not None:
+                if "exited" in message:
+                    with self._jobs_lock:
+                        job = self.jobs.pop(message["exited"], None)
+                        last = self.retired and not self.jobs
+                    if job:
+                        job.end(message["code"])
+                    if last:
+                        _shut(self.sock)  # retired and idle: the socket's end ends it
+                elif "pid" in message:
+                    with self._jobs_lock:
+                        job = self.jobs[message["pid"]] = ForkedJob(message["pid"])
+                    self._replies.put(job)
+                else:
+                    self._replies.put(str(message["error"]))
+        except (OSError, ValueError):  # a broken socket or line: the process is of no more use
+            _shut(self.sock)
+        self._replies.put(None)
+        self.process.wait()
+        self.sock.close()
+        self._watch_orphans()
+
+    def _watch_orphans(self) -> None:
+        """End the handles of jobs the warm process forked but can no longer report (it died): each once its pid
+        is gone, with code 1, FLARE's execution error."""
+        while True:
+            with self._jobs_lock:
+                running = list(self.jobs.values())
+            for job in running:
+                if not _alive(job.pid):
+                    with self._jobs_lock:
+                        del self.jobs[job.pid]
+                    self.logger.warning(f"job process {job.pid} ended after its warm process {self.process.pid} "
+                                        f"(exit code {self.process.returncode}); its own exit code was lost")
+                    job.end(1)
+            if not running:
+                return
+            time.sleep(ORPHAN_POLL_S)
+
+    def retire(self) -> None:
+        """No more jobs: the process ends now if idle, else once its last job has ended."""
+        with self._jobs_lock:
+            self.retired = True
+            idle = not self.jobs
+        if idle:
+            self.discard()
 
     def discard(self) -> None:
-        """End an idle warm process (closing its socket ends it) and reap it."""
-        self.channel.close()
+        """End the warm process (its socket's end ends it; its running jobs stop as their parent goes) and reap it."""
+        _shut(self.sock)
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        self.sock.close()
+
+
+def _shut(sock: socket.socket) -> None:
+    """Shut the socket both ways (the warm process reads its end), whatever state it is in."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status: str = psutil.Process(pid).status()
+        return bool(status != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
 
 
 class WarmJobHandle(ProcessHandle):
@@ -136,7 +260,7 @@ class WarmJobHandle(ProcessHandle):
 
 def job_modules(app_config_dir: str, candidates: list[str]) -> list[str]:
     """The modules of `candidates` (the kit's preload list) whose classes a job's app config names as component
-    `path`s; all of `candidates` when the config names none of them or cannot be read."""
+    `path`s, in the kit's order (none when the config cannot be read: the job then imports what it needs itself)."""
     named: set[str] = set()
 
     def walk(node: Any) -> None:
@@ -153,13 +277,12 @@ def job_modules(app_config_dir: str, candidates: list[str]) -> list[str]:
         try:
             walk(json.loads(config.read_text()))
         except (OSError, ValueError):
-            return list(candidates)
-    used = [module for module in candidates if module in named]
-    return used or list(candidates)
+            return []
+    return [module for module in candidates if module in named]
 
 
 class _WarmJobLauncher(ProcessJobLauncher):
-    """FLARE's process launcher, handing jobs to a warm process when one can take them."""
+    """FLARE's process launcher, forking jobs from a warm process when it can take them."""
 
     worker = ""
 
@@ -167,7 +290,6 @@ class _WarmJobLauncher(ProcessJobLauncher):
         super().__init__()
         self.logger = logging.getLogger(type(self).__name__)
         self.preload = list(preload or [])
-        self._next_preload = self.preload
         self._warm: WarmProcess | None = None
         self._absent = "no warm process started yet"
         self._stopped = False
@@ -191,17 +313,23 @@ class _WarmJobLauncher(ProcessJobLauncher):
             if self._stopped or (self._warm and self._warm.process.poll() is None):
                 return
             try:
-                self._warm = WarmProcess([self.worker, *self._next_preload])
+                self._warm = WarmProcess([self.worker, *self.preload])
                 self._absent = ""
                 self.logger.info(f"warm job process {self._warm.process.pid} started")
             except OSError as exc:
                 self._warm, self._absent = None, f"the warm process could not start ({exc})"
                 self.logger.warning(f"{self._absent}; jobs start as FLARE starts them")
 
+    def _give_up(self, warm: WarmProcess, why: str) -> None:
+        """Take `warm` out of use; the next job's end starts a new one (starting it at once would put its imports
+        on the cores the job that found it unusable needs)."""
+        with self._lock:
+            if self._warm is warm:
+                self._warm, self._absent = None, why
+
     def launch_job(self, job_meta: dict[str, Any], fl_ctx: FLContext) -> JobHandleSpec:
-        """The job with FLARE's command and environment, in the warm process when it can take it (it is then taken,
-        whatever happens, so that no two jobs share one), else by FLARE's own launch; either handle starts the next
-        warm process when the job ends."""
+        """The job with FLARE's command and environment, forked from the warm process when it can take it, else by
+        FLARE's own launch; either handle starts a new warm process when the job ends, should the old one be gone."""
         workspace: Workspace = fl_ctx.get_prop(FLContextKey.WORKSPACE_OBJECT)
         job_id = job_meta.get(JobConstants.JOB_ID)
         custom_dir = workspace.get_app_custom_dir(job_id)
@@ -210,24 +338,26 @@ class _WarmJobLauncher(ProcessJobLauncher):
         add_custom_dir_to_path(custom_dir, env)  # what FLARE's launcher gives the job process
         credentials = get_credential_env(fl_ctx.get_prop(FLContextKey.JOB_PROCESS_ARGS) or {})
         with self._lock:
-            warm, self._warm = self._warm, None
-            absent, self._absent = self._absent, f"the warm process was taken by job {job_id}, still running"
-            self._next_preload = job_modules(workspace.get_app_config_dir(job_id), self.preload)
+            warm, absent = self._warm, self._absent
         refusal = warm.refusal(argv, env, custom_dir, self.worker) if warm else absent
+        job: ForkedJob | None = None
         if warm and not refusal:
             try:
-                warm.hand_over(argv, {**env, **credentials})
+                job = warm.fork(str(job_id), argv, {**env, **credentials},
+                                job_modules(workspace.get_app_config_dir(job_id), self.preload))
             except OSError as exc:
-                refusal = f"the warm process {warm.process.pid} did not take the job ({exc})"
-        if refusal:
-            if warm:
+                refusal = f"the warm process {warm.process.pid} did not fork the job ({exc})"
+                self._give_up(warm, refusal)
                 warm.discard()
+        elif warm and (warm.process.poll() is not None or warm.staleness(env, custom_dir)):
+            self._give_up(warm, str(refusal))
+            warm.retire()
+        if warm is None or job is None:
             self.logger.warning(f"job {job_id}: FLARE's own launch, since {refusal}")
             handle = super().launch_job(job_meta, fl_ctx)
             return WarmJobHandle(handle.adapter, self._ensure_warm)
-        assert warm is not None
-        self.logger.info(f"job {job_id}: launched in warm process {warm.process.pid}")
-        return WarmJobHandle(ProcessAdapter(process=warm.process), self._ensure_warm)
+        self.logger.info(f"job {job_id}: forked from warm process {warm.process.pid} as process {job.pid}")
+        return WarmJobHandle(ProcessAdapter(process=job), self._ensure_warm)
 
 
 class WarmClientJobLauncher(_WarmJobLauncher):

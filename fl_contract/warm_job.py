@@ -1,18 +1,26 @@
-"""The warm job process: a Python that imports torch, MONAI, FLARE's job-process modules and our task modules while
-no job is waiting, then becomes the next job's process (`python -m fl_contract.warm_job --fd N`, started by
-`fl_contract.job_launcher`).
+"""The warm job process: a fork server that imports torch, MONAI, FLARE's job-process modules and our task modules
+once, then forks each job's process from itself (`python -m fl_contract.warm_job --fd N`, started by
+`fl_contract.job_launcher`), so no job process imports them again.
 
-It reads two JSON lines from the socket it inherits as fd N: first the modules to import ahead (it stops importing
-when a job comes), then, when FLARE launches a job, the job's command line (FLARE's `python -m <worker module>
-...`), environment and working folder. It applies those and runs the worker module as `__main__` with `runpy`,
-exactly as `python -m` would, so the job's argument parsing, exit codes, logs and parent-process watch are FLARE's
-own. Its process title becomes FLARE's
-command line, so `ps` (and tools that find job processes by it) see the job as they see FLARE's. A socket closed
-with no job (the FLARE parent stopped) ends it.
+It talks JSON lines on the socket it inherits as fd N. The launcher sends first the modules to import ahead, then,
+for each job FLARE launches, the job's command line (FLARE's `python -m <worker module> ...`), environment, working
+folder and the modules of the classes the job names. It imports those of the job's modules it has not imported yet
+(a job sent while it imports ahead waits only for the module being imported, not for the rest of the list), forks,
+answers with the child's pid, and reports the child's exit code when it ends; the rest of the list is imported
+while no job waits. The child starts a session of its own (FLARE kills a job's process group), applies the job's
+working folder and environment and runs the worker module as `__main__` with `runpy`, exactly as `python -m` would,
+so the job's argument parsing, exit codes, logs and parent-process watch are FLARE's own; its process title becomes
+FLARE's command line, so `ps` (and tools that find job processes by it) see the job as they see FLARE's.
 
-It never runs code a job brought: what it imports ahead is the kit's list, read before any job is known (the kit's
-launcher also refuses to hand it a job with a `custom/` folder). A module that fails to import ahead is reported on
-stderr and left to the job, which then imports it, or fails, as a cold process would.
+A fork copies only the forking thread: this process runs no thread of its own and no torch computation, so no lock
+or thread pool is caught half-way (numpy's and scipy's OpenBLAS pools, started by their import, rebuild themselves
+in the child). A socket closed (the FLARE parent stopped or died) ends it at once, running jobs or not: each job's
+FLARE worker watches its parent process, this one, and stops when it is gone, as it does when FLARE's parent goes.
+
+It never runs code a job brought: what it imports ahead is the kit's list, read before any job is known, and a job's
+modules are those of the kit's list the job's config names (the kit's launcher refuses to hand it a job with a
+`custom/` folder). A module that fails to import is reported on stderr and left to the job, which then imports it,
+or fails, as a cold process would.
 """
 
 from __future__ import annotations
@@ -26,7 +34,6 @@ import select
 import socket
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import setproctitle
@@ -34,19 +41,23 @@ import setproctitle
 READY = "warm job process ready"
 """Printed to stderr (the FLARE parent's log) once the modules are imported: benchmarks wait for it."""
 
+EXIT_POLL_S = 0.25
+"""How often the server looks for ended jobs while it has any (an ended job's code reaches FLARE this late)."""
+
 
 class Channel:
-    """The launcher's socket read as JSON lines, and whether something (a line, or its end) is waiting."""
+    """The socket between launcher and warm process, as JSON lines each way."""
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.buffer = b""
 
-    def pending(self) -> bool:
-        return b"\n" in self.buffer or bool(select.select([self.sock], [], [], 0)[0])
+    def pending(self, timeout: float | None = 0.0) -> bool:
+        """Whether a line (or the socket's end) is waiting, after waiting up to `timeout` s (None: until one is)."""
+        return b"\n" in self.buffer or bool(select.select([self.sock], [], [], timeout)[0])
 
     def read(self) -> Any:
-        """The next line, decoded; None once the launcher closed the socket without one."""
+        """The next line, decoded; None once the other side closed the socket without one."""
         while b"\n" not in self.buffer:
             chunk = self.sock.recv(65536)
             if not chunk:
@@ -55,33 +66,88 @@ class Channel:
         line, _, self.buffer = self.buffer.partition(b"\n")
         return json.loads(line)
 
+    def send(self, message: dict[str, Any]) -> None:
+        self.sock.sendall(json.dumps(message).encode() + b"\n")
 
-def preload(modules: list[str], stop: Callable[[], bool]) -> tuple[int, list[str]]:
-    """Import `modules` in order (FLARE's worker module first: `become_job` runs it afresh) until `stop()` says a job
-    came: a job sent right after the parent started runs at once and imports the rest itself, as a cold process
-    would. Returns how many were imported and the failures."""
-    imported, failed = 0, []
-    for name in modules:
-        if stop():
-            break
+
+class ForkServer:
+    """The warm process's state: the modules still to import ahead and the jobs it forked that have not ended."""
+
+    def __init__(self, channel: Channel, modules: list[str]):
+        self.channel = channel
+        self.waiting = list(modules)
+        self.total = len(modules)
+        self.failed = 0
+        self.children: set[int] = set()
+        self.started = time.monotonic()
+
+    def import_module(self, name: str) -> None:
         try:
             importlib.import_module(name)
-            imported += 1
         except Exception as exc:  # a preload is only a head start: the job imports it itself
-            failed.append(f"{name}: {type(exc).__name__}: {exc}")
-    return imported, failed
+            self.failed += 1
+            print(f"warm job process {os.getpid()}: could not import {name} ahead ({type(exc).__name__}: {exc}); "
+                  "the job imports it itself", file=sys.stderr, flush=True)
+
+    def import_next(self) -> None:
+        """Import the next module of the list; say so on stderr once the list is done."""
+        self.import_module(self.waiting.pop(0))
+        if not self.waiting:
+            print(f"{READY} (pid {os.getpid()}, {self.total - self.failed} of {self.total} modules in "
+                  f"{time.monotonic() - self.started:.1f} s)", file=sys.stderr, flush=True)
+
+    def report_ended(self) -> None:
+        """Reap the jobs that ended and send each one's exit code (negative: the signal that ended it)."""
+        while self.children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                return
+            self.children.discard(pid)
+            self.channel.send({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    def serve(self) -> dict[str, Any] | None:
+        """Import ahead while idle, fork each job the launcher sends and report its end. Returns the job's request
+        in the forked child, None in this process once the launcher closed the socket."""
+        while True:
+            self.report_ended()
+            if self.waiting and not self.channel.pending():
+                self.import_next()
+                continue
+            if not self.channel.pending(EXIT_POLL_S if self.children else None):
+                continue
+            request: dict[str, Any] | None = self.channel.read()
+            if request is None:
+                return None
+            for name in request["modules"]:
+                if name in self.waiting:
+                    self.waiting.remove(name)
+                    self.import_module(name)
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                self.channel.send({"job": request["job"], "error": f"fork failed: {exc}"})
+                continue
+            if pid == 0:
+                return request
+            self.children.add(pid)
+            self.channel.send({"job": request["job"], "pid": pid})
 
 
 def become_job(request: dict[str, Any]) -> None:
-    """Apply the job's working folder, environment and command line (`python -m MODULE ARGS...`) and run MODULE as
-    `__main__`; its `sys.exit(rc)` ends this process with FLARE's return code. The imported worker module leaves
-    `sys.modules` first (its dependencies stay): `runpy` warns about a `__main__` module found already imported."""
+    """In the forked child: a session of its own, the job's working folder, environment and command line
+    (`python -m MODULE ARGS...`), and MODULE run as `__main__`; its `sys.exit(rc)` ends this process with FLARE's
+    return code. The imported worker module leaves `sys.modules` first (its dependencies stay): `runpy` warns about a
+    `__main__` module found already imported. numpy's global generator is reseeded from the system, as a fresh
+    process's is, so that no two jobs share its draws (Python's `random` reseeds itself at a fork)."""
     argv: list[str] = request["argv"]
     module = argv[2]
-    setproctitle.setproctitle(" ".join(argv))  # first: it needs the environment block it started with
+    os.setsid()
+    setproctitle.setproctitle(" ".join(argv))  # before the environment changes: it needs the block it started with
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
     sys.modules.pop(module, None)
     sys.argv = [argv[0], *argv[3:]]  # runpy puts the module's file in argv[0], as `python -m` does
     runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -94,17 +160,8 @@ def main() -> None:
     with socket.socket(fileno=args.fd) as sock:
         channel = Channel(sock)
         first = channel.read()
-        if first is None:
-            return
-        started = time.monotonic()
-        imported, failed = preload(first["preload"], channel.pending)
-        for failure in failed:
-            print(f"warm job process {os.getpid()}: could not import {failure} ahead; the job imports it itself",
-                  file=sys.stderr, flush=True)
-        print(f"{READY} (pid {os.getpid()}, {imported} of {len(first['preload'])} modules in "
-              f"{time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
-        request = channel.read()
-    if request is not None:
+        request = ForkServer(channel, first["preload"]).serve() if first is not None else None
+    if request is not None:  # the forked child, its copy of the socket closed
         become_job(request)
 
 

@@ -134,7 +134,7 @@ def fedavg_run(running_federation: RunningFederation, fedavg_job_dir: Path,
     default job's 5 rounds can end at site-1 before the admin's command reaches it ("Cannot find job")."""
     session = running_federation.session()
     try:
-        job_id = session.submit_job(str(fedavg_job_dir))  # first: it takes the warm job processes
+        job_id = session.submit_job(str(fedavg_job_dir))  # first: the warm processes fork it
         long_id = session.submit_job(str(export(build_job(KIND, FedAvgLinearParams(num_rounds=200)),
                                                 tmp_path_factory.mktemp("long-job"))))
         site_1 = AuditLog(running_federation.federation.kit("site-1") / "local")

@@ -35,8 +35,8 @@ def _copy_job(job_dir: Path, dest: Path) -> Path:
 
 def test_fedavg_job_reproduces_reference_weights(fedavg_run, running_federation):
     """The default FedAvg job's run on the shared federation (tests/conftest.py; the site-control tests read what
-    the sites kept of the same run), its job processes at the server and every site the kits' warm processes
-    (fl_contract.job_launcher)."""
+    the sites kept of the same run), its job processes at the server and every site forked from the kits' warm
+    processes (fl_contract.job_launcher)."""
     outcome = fedavg_run.outcome
     federation = running_federation.federation
 
@@ -51,7 +51,7 @@ def test_fedavg_job_reproduces_reference_weights(fedavg_run, running_federation)
     assert (outcome.server_app_dir() / "global_model.pt").is_file()
     for name in (federation.server, *federation.sites):
         log = (federation.kit(name) / "log.txt").read_text(errors="replace")
-        assert f"job {outcome.job_id}: launched in warm process" in log, name
+        assert f"job {outcome.job_id}: forked from warm process" in log, name
 
 
 @pytest.mark.parametrize("admin", [ADMIN, SUPER_ADMIN])

@@ -1,7 +1,8 @@
-"""The kits' warm job launcher (fl_contract.job_launcher) with real processes: a job handed to the warm process runs
-FLARE's command line as `__main__` with the job's environment, as the parent's own child, with the modules imported
-ahead; FLARE's return-code mapping, poll, wait and terminate hold; a dead warm process or a job with a custom folder
-gets FLARE's own launch, and the log says why; a new warm process follows each job.
+"""The kits' warm job launcher (fl_contract.job_launcher) with real processes: a job forked from the warm process runs
+FLARE's command line as `__main__` with the job's environment, in a session of its own, with the modules imported
+ahead; FLARE's return-code mapping, poll, wait and terminate hold; jobs one after another and at once fork from the
+one warm process; a dead warm process, a changed environment or a job with a custom folder gets FLARE's own launch,
+and the log says why; the jobs of a warm process that dies still end their handles.
 
 The worker module here is a stand-in for FLARE's (FLARE's own needs a running parent to talk to): it records what it
 saw and exits with the code it is given. The federation test runs FLARE's real worker through the launcher."""
@@ -97,22 +98,23 @@ def warm_pid(launcher, timeout=20.0) -> int:
     raise AssertionError("no warm process")
 
 
-def test_a_job_runs_in_the_warm_process_as_flares_command_and_a_new_warm_process_follows(launcher, tmp_path,
-                                                                                        caplog, capfd):
+def test_jobs_fork_from_the_one_warm_process_as_flares_command(launcher, tmp_path, caplog, capfd):
     warm = start(launcher, capfd)
     with caplog.at_level(logging.INFO):
         handle, out = launch(launcher, tmp_path)
         handle.wait()
+        again, again_out = launch(launcher, tmp_path, "job-2")
+        again.wait()
 
     seen = json.loads(out.read_text())
-    assert handle.poll() == JobReturnCode.SUCCESS
-    assert seen["pid"] == warm and seen["ppid"] == os.getpid() and seen["ahead"]
+    assert handle.poll() == JobReturnCode.SUCCESS and again.poll() == JobReturnCode.SUCCESS
+    assert seen["ppid"] == warm and seen["ahead"] and seen["pid"] == handle.adapter.pid
+    assert json.loads(again_out.read_text())["ppid"] == warm and warm_pid(launcher) == warm
     assert seen["argv"][0].endswith("launcher_worker.py") and seen["argv"][1:3] == ["-m", str(tmp_path / "ws")]
     assert seen["token"] == "secret-token"  # FLARE's credentials come as environment, never on the command line
     assert seen["title"].startswith(f"{sys.executable} -m launcher_worker -m ") and "secret-token" not in seen["title"]
     assert seen["cwd"] == os.getcwd()
-    assert f"job job-1: launched in warm process {warm}" in caplog.text
-    assert warm_pid(launcher) != warm
+    assert f"job job-1: forked from warm process {warm} as process {seen['pid']}" in caplog.text
 
 
 @pytest.mark.parametrize(("rc", "expected"), [(1, JobReturnCode.EXECUTION_ERROR), (9, JobReturnCode.ABORTED),
@@ -130,10 +132,12 @@ def test_a_running_job_polls_unknown_and_terminate_kills_its_process_group(launc
     handle, out = launch(launcher, tmp_path, sleep=60)
 
     assert handle.poll() == JobReturnCode.UNKNOWN
-    assert os.getpgid(warm) == warm  # a session of its own, as FLARE starts job processes
+    job = handle.adapter.pid
+    assert os.getsid(job) == job != warm  # a session of its own, as FLARE starts job processes
     handle.terminate()
     handle.wait()
     assert handle.poll() == JobReturnCode.EXECUTION_ERROR and not out.exists()
+    assert warm_pid(launcher) == warm  # the warm process lives on for the next job
 
 
 def test_a_dead_warm_process_gives_flares_own_launch_and_says_why(launcher, tmp_path, caplog):
@@ -151,8 +155,9 @@ def test_a_dead_warm_process_gives_flares_own_launch_and_says_why(launcher, tmp_
     assert warm_pid(launcher) != warm  # the next job is warm again
 
 
-def test_a_second_job_while_the_first_runs_and_a_job_with_custom_code_get_flares_launch(launcher, tmp_path, caplog):
-    start(launcher)
+def test_a_second_job_while_the_first_runs_forks_too_and_a_job_with_custom_code_gets_flares_launch(launcher, tmp_path,
+                                                                                                 caplog):
+    warm = start(launcher)
     with caplog.at_level(logging.INFO):
         first, _ = launch(launcher, tmp_path, "job-1", sleep=60)
         second, out = launch(launcher, tmp_path, "job-2")
@@ -161,26 +166,65 @@ def test_a_second_job_while_the_first_runs_and_a_job_with_custom_code_get_flares
         first.wait()
         custom = Path(Workspace(str(tmp_path / "ws"), site_name="site-1").get_app_custom_dir("job-3"))
         custom.mkdir(parents=True)
-        warm_pid(launcher)
-        third, _ = launch(launcher, tmp_path, "job-3")
+        third, third_out = launch(launcher, tmp_path, "job-3")
         third.wait()
 
-    assert not json.loads(out.read_text())["ahead"] and second.poll() == JobReturnCode.SUCCESS
-    assert "job job-2: FLARE's own launch, since the warm process was taken by job job-1, still running" in caplog.text
+    seen = json.loads(out.read_text())
+    assert seen["ahead"] and seen["ppid"] == warm and second.poll() == JobReturnCode.SUCCESS
     assert f"job job-3: FLARE's own launch, since the job has a custom code folder ({custom})" in caplog.text
+    assert json.loads(third_out.read_text())["ppid"] == os.getpid() and warm_pid(launcher) == warm
 
 
-def test_a_job_sent_while_the_warm_process_imports_stops_its_imports_and_runs_at_once(tmp_path, launcher, capfd):
+def test_a_changed_environment_gives_flares_launch_and_a_new_warm_process_once_the_old_ones_jobs_end(
+        launcher, tmp_path, caplog, monkeypatch):
+    warm = start(launcher)
+    running, _ = launch(launcher, tmp_path, "job-1", sleep=60)
+    monkeypatch.setenv("SITE_PROXY", "http://proxy:3128")
+    with caplog.at_level(logging.INFO):
+        cold, out = launch(launcher, tmp_path, "job-2")
+        cold.wait()
+
+    assert json.loads(out.read_text())["ppid"] == os.getpid()
+    assert "job job-2: FLARE's own launch, since the environment changed since it started (SITE_PROXY)" in caplog.text
+    assert warm_pid(launcher) != warm  # the next job is warm again, with the new environment
+    assert psutil.Process(warm).status() != psutil.STATUS_ZOMBIE  # the old one still serves job-1
+    running.terminate()
+    running.wait()
+    psutil.Process(warm).wait(timeout=10)  # and ends once job-1 has
+
+
+def test_the_jobs_of_a_warm_process_that_dies_still_end_their_handles_and_the_log_says_why(launcher, tmp_path,
+                                                                                         caplog):
+    warm = start(launcher)
+    handle, _ = launch(launcher, tmp_path, sleep=60)
+    os.kill(warm, signal.SIGKILL)  # the stand-in worker does not watch its parent as FLARE's does: it runs on
+    time.sleep(0.5)
+    assert handle.poll() == JobReturnCode.UNKNOWN
+    with caplog.at_level(logging.INFO):
+        os.kill(handle.adapter.pid, signal.SIGTERM)
+        handle.wait()
+
+    assert handle.poll() == JobReturnCode.EXECUTION_ERROR
+    assert (f"job process {handle.adapter.pid} ended after its warm process {warm} (exit code -9); its own exit code "
+            "was lost") in caplog.text
+    assert warm_pid(launcher) != warm
+
+
+def test_a_job_sent_while_the_warm_process_imports_waits_only_for_the_module_being_imported(tmp_path, launcher,
+                                                                                           capfd):
     slow = StandInLauncher(preload=["launcher_slow", "launcher_marker"])
-    start(slow)
+    warm = start(slow)
     while not (tmp_path / "slow").exists():
         time.sleep(0.05)
     handle, out = launch(slow, tmp_path)  # while launcher_slow sleeps in its import
     handle.wait()
+    start(slow, capfd)  # the rest of the list after the fork
+    later, later_out = launch(slow, tmp_path, "job-2")
+    later.wait()
     slow.handle_event(EventType.SYSTEM_END, FLContext())
 
     assert handle.poll() == JobReturnCode.SUCCESS and not json.loads(out.read_text())["ahead"]
-    assert "2 of 3 modules" in capfd.readouterr().err  # FLARE's worker (stand-in) and launcher_slow
+    assert json.loads(later_out.read_text())["ahead"] and json.loads(later_out.read_text())["ppid"] == warm
 
 
 def test_an_idle_warm_process_ends_by_itself_when_its_socket_closes_as_the_parent_stops(launcher):
@@ -191,11 +235,11 @@ def test_an_idle_warm_process_ends_by_itself_when_its_socket_closes_as_the_paren
     assert warm.returncode == 0 and launcher._warm is None  # it ended, not killed (a dead parent closes it too)
 
 
-def test_the_next_warm_process_imports_the_kit_modules_the_last_job_named(tmp_path):
+def test_a_job_asks_the_warm_process_for_the_kit_modules_its_config_names(tmp_path):
     (tmp_path / "config_fed_client.json").write_text(json.dumps({"executors": [{"executor": {
         "path": "site_agent.tasks.fedavg_linear.LinearRegressionTask", "args": {"path": "/data/site-1"}}}],
         "components": [{"id": "clock", "path": "site_agent.transfers.TaskClock"}]}))
     kit = ["site_agent.tasks.segmentation", "site_agent.tasks.fedavg_linear", "site_agent.transfers"]
 
     assert job_modules(str(tmp_path), kit) == ["site_agent.tasks.fedavg_linear", "site_agent.transfers"]
-    assert job_modules(str(tmp_path / "absent"), kit) == kit
+    assert job_modules(str(tmp_path / "absent"), kit) == []
