@@ -5,10 +5,10 @@ ahead, sites' and the server's job processes, the FLARE parents, the simulator, 
 
 It runs the command and reads every process's CPU time (user + system, /proc/PID/stat) once a second until the
 command ends; a process that lived less than a second between two reads is missed, and one that ends between reads
-loses at most its last second. A warm job process (`fl_contract.warm_job`) becomes a job process when a job comes
-(its title turns into FLARE's command line), so its CPU up to that moment counts as importing ahead and the rest
-as the job's. The suite's two workers share 2 cores and keep them busy, so the suite's time follows its CPU: this
-says which part of that to cut.
+loses at most its last second. A warm job process (`fl_contract.warm_job`) imports ahead and forks each job's
+process, whose title turns into FLARE's command line: the warm process's CPU counts as importing ahead, a forked
+process's from the moment it took its title as the job's. The suite's two workers share 2 cores and keep them
+busy, so the suite's time follows its CPU: this says which part of that to cut.
 """
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ ROLES = (  # (text in the command line, role), the first that matches
     ("nvflare.private.fed.app.server.server_train", "FLARE servers (parents)"),
     ("simulator", "the FLARE simulator and its sites"),
     ("fl-job", "the FLARE simulator and its sites"),
+    ("[pytest-xdist", "pytest workers (tests that run in the test process)"),  # the title xdist gives them
+    ("site-agent", "site-agent commands"),
+    ("fl-provision", "fl-provision"),
 )
-OTHER = "everything else (test processes, tools, the system)"
+OTHER = "everything else (the pytest parent, other tools, the system)"
 
 
 def role_of(command: str) -> str:

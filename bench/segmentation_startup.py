@@ -11,8 +11,8 @@ likewise (its "Runner_process started" and first task scheduled). Also reports t
 It runs the job on kits with FLARE's own job launcher and on kits with the warm one (`fl_contract.job_launcher`,
 the default), alternately in one run, a fresh federation each time; with the warm launcher it submits once every
 warm process has imported its modules (their "warm job process ready" line in the kit's process.log), as a job
-submitted a while after the federation started finds them. Each phase is the latest site's, median of the repeats,
-with the ratio warm / FLARE.
+submitted a while after the federation started finds them (every later job too: each is forked from them). Each
+phase is the latest site's, median of the repeats, with the ratio warm / FLARE.
 
     .venv/bin/python bench/segmentation_startup.py [--kind fedavg-linear] [--repeats 2] [--workspace /tmp/startup]
 """

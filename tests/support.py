@@ -143,3 +143,16 @@ def wait_for_server_log(federation: Federation, job_id: str, text: str, timeout:
 def submit(session: Session, job_dir: Path) -> str:
     """Submit an exported job through the FLARE API; its id."""
     return str(session.submit_job(str(job_dir)))
+
+
+def abort_running(session: Session, job_id: str, timeout: float = 120.0) -> None:
+    """Abort the job once FLARE lists it RUNNING, as an admin who sees it running would. Until every site has
+    answered the job's start, FLARE lists it DISPATCHED, even while its processes run and the server's has sent
+    tasks, and an abort then only marks it aborted "before running it": nothing the job would record of its
+    abort is written."""
+    deadline = time.monotonic() + timeout
+    while (status := session.get_job_meta(job_id).get("status")) != "RUNNING":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} was not RUNNING within {timeout:.0f} s (last {status})")
+        time.sleep(0.1)
+    session.abort_job(job_id)

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from support import ADMIN, SITES, provision_demo_federation, submit, wait_for_rounds
+from support import ADMIN, SITES, abort_running, provision_demo_federation, submit, wait_for_rounds
 
 from federation_tools.loopback import LoopbackFederation
 from jobs.admin import follow_job
@@ -74,7 +74,7 @@ def test_abort_stops_within_a_round_and_a_new_submission_never_resumes_it(fault_
         job_id = submit(session, job_dir)
         wait_for_rounds(federation, job_id, 2)
         aborted_at = time.monotonic()
-        session.abort_job(job_id)
+        abort_running(session, job_id)
         outcome = follow_job(session, job_id, timeout=120, progress=None)
         stopped_in = time.monotonic() - aborted_at
         again = follow_job(session, submit(session, again_dir), timeout=180, progress=None)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import ADMIN, wait_for_rounds, wait_for_server_log
+from support import ADMIN, abort_running, submit, wait_for_rounds, wait_for_server_log
 
 from federation_tools.loopback import LoopbackFederation, free_port
 from fl_contract.classes import PLAYERFL_CLASSES
@@ -71,7 +71,7 @@ def test_a_site_killed_after_sharing_its_keys_is_removed_and_the_release_is_the_
     job_dir = export(build_job(KIND, PARAMS), tmp_path)
     session = loopback.session(ADMIN)
     try:
-        job_id = str(session.submit_job(str(job_dir)))
+        job_id = submit(session, job_dir)
         wait_for_server_log(federation, job_id, "shared their keys; requesting masked statistics")
         killed = loopback.kill_job_processes("site-4")
         outcome = follow_job(session, job_id, timeout=300, progress=None)
@@ -95,7 +95,7 @@ def test_the_server_killed_mid_job_closes_it_with_the_reason_and_an_abort_stops_
     job_dir = export(build_job(KIND, PARAMS), tmp_path)
     session = loopback.session(ADMIN)
     try:
-        interrupted = str(session.submit_job(str(job_dir)))
+        interrupted = submit(session, job_dir)
         wait_for_server_log(federation, interrupted, "requesting masked statistics")
         loopback.kill_participant(federation.server)
     finally:
@@ -104,9 +104,9 @@ def test_the_server_killed_mid_job_closes_it_with_the_reason_and_an_abort_stops_
     session = loopback.session(ADMIN)
     try:
         closed = follow_job(session, interrupted, timeout=120, progress=None)
-        aborted_id = str(session.submit_job(str(job_dir)))
+        aborted_id = submit(session, job_dir)
         wait_for_server_log(federation, aborted_id, "requesting masked statistics")
-        session.abort_job(aborted_id)
+        abort_running(session, aborted_id)
         aborted = follow_job(session, aborted_id, timeout=120, progress=None)
     finally:
         session.close()
@@ -148,7 +148,7 @@ def test_a_masked_segmentation_job_survives_a_dead_site_a_server_restart_and_an_
     job_dir = export(build_job(SEGMENTATION, MASKED), tmp_path / "masked")
     session = loopback.session(ADMIN)
     try:
-        job_id = str(session.submit_job(str(job_dir)))
+        job_id = submit(session, job_dir)
         wait_for_server_log(federation, job_id, "(threshold 3); requesting shares")
         killed = loopback.kill_job_processes("site-4")
         wait_for_rounds(federation, job_id, 1, timeout=300)
@@ -160,11 +160,11 @@ def test_a_masked_segmentation_job_survives_a_dead_site_a_server_restart_and_an_
     loopback.wait_for_sites(ADMIN, SITES[:3])
     session = loopback.session(ADMIN)
     try:  # beside the resumed run (FLARE runs up to 4 jobs at once): a run to abort and the plain reference
-        aborted_id = str(session.submit_job(str(job_dir)))
+        aborted_id = submit(session, job_dir)
         plain_job = export(build_job(SEGMENTATION, MASKED.replace(secure_aggregation=False)), tmp_path / "plain")
-        plain_id = str(session.submit_job(str(plain_job)))
+        plain_id = submit(session, plain_job)
         wait_for_server_log(federation, aborted_id, "requesting shares")
-        session.abort_job(aborted_id)
+        abort_running(session, aborted_id)
         aborted = follow_job(session, aborted_id, timeout=120, progress=None)
         resumed = follow_job(session, job_id, timeout=600, progress=None)
         plain = follow_job(session, plain_id, timeout=600, progress=None)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import ADMIN, SITES, provision_demo_federation, submit, wait_for_rounds, wait_for_server_log
+from support import ADMIN, SITES, abort_running, provision_demo_federation, submit, wait_for_rounds, wait_for_server_log
 
 from federation_tools.loopback import LoopbackFederation
 from fl_contract.models import build_model
@@ -93,7 +93,7 @@ def test_job_kind_survives_a_dead_site_a_server_restart_and_an_abort(fault_feder
     try:
         aborted_id = submit(session, job_dir)
         wait_for_rounds(federation, aborted_id, 1, timeout=300)
-        session.abort_job(aborted_id)
+        abort_running(session, aborted_id)
         aborted = follow_job(session, aborted_id, timeout=120, progress=None)
         resumed = follow_job(session, job_id, timeout=600, progress=None)
     finally:
@@ -131,7 +131,7 @@ def test_inference_goes_on_without_a_dead_site_and_stops_named_on_a_server_resta
         closed = follow_job(session, interrupted, timeout=120, progress=None)
         aborted_id = submit(session, job_dir)
         wait_for_server_log(federation, aborted_id, "to the sites")
-        session.abort_job(aborted_id)
+        abort_running(session, aborted_id)
         aborted = follow_job(session, aborted_id, timeout=120, progress=None)
     finally:
         session.close()
