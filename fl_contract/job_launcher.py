@@ -62,6 +62,13 @@ SERVER_WORKER = "nvflare.private.fed.app.server.runner_process"
 PYTHONPATH = "PYTHONPATH"
 
 
+CELL_DRIVERS = tuple(f"nvflare.fuel.f3.drivers.{name}" for name in (
+    "aio_grpc_driver", "aio_http_driver", "aio_tcp_driver", "grpc_driver", "tcp_driver", "file_driver"))
+"""The connection drivers a job process's cell loads as it starts (FLARE's driver manager imports every module of
+nvflare.fuel.f3.drivers), imported ahead by every warm process: the http driver's aiohttp is 0.2-0.5 CPU-s of each
+job process's start, the one large import a forked job still had left (the others, FLARE's and our components'
+modules not named in the job's config, take 0.05 CPU-s together)."""
+
 FORK_REPLY_TIMEOUT_S = 120.0
 """How long a launch waits for the warm process's pid: it may be importing one large module ahead first (MONAI
 takes 7 s alone on an idle 2-core machine). A warm process that does not answer is ended; the job gets FLARE's
@@ -313,7 +320,7 @@ class _WarmJobLauncher(ProcessJobLauncher):
             if self._stopped or (self._warm and self._warm.process.poll() is None):
                 return
             try:
-                self._warm = WarmProcess([self.worker, *self.preload])
+                self._warm = WarmProcess([self.worker, *CELL_DRIVERS, *self.preload])
                 self._absent = ""
                 self.logger.info(f"warm job process {self._warm.process.pid} started")
             except OSError as exc:

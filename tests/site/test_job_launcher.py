@@ -36,6 +36,7 @@ if __name__ == "__main__":  # as FLARE's worker modules: imported ahead, they do
     with open(options["out"], "w") as out:
         json.dump({"argv": sys.argv, "pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(),
                    "token": os.environ.get("NVFLARE_JOB_AUTH_TOKEN"), "ahead": "launcher_marker" in sys.modules,
+                   "drivers": "nvflare.fuel.f3.drivers.aio_http_driver" in sys.modules,
                    "title": open("/proc/self/cmdline").read()}, out)
     sys.exit(int(options["rc"]))
 """
@@ -108,7 +109,7 @@ def test_jobs_fork_from_the_one_warm_process_as_flares_command(launcher, tmp_pat
 
     seen = json.loads(out.read_text())
     assert handle.poll() == JobReturnCode.SUCCESS and again.poll() == JobReturnCode.SUCCESS
-    assert seen["ppid"] == warm and seen["ahead"] and seen["pid"] == handle.adapter.pid
+    assert seen["ppid"] == warm and seen["ahead"] and seen["drivers"] and seen["pid"] == handle.adapter.pid
     assert json.loads(again_out.read_text())["ppid"] == warm and warm_pid(launcher) == warm
     assert seen["argv"][0].endswith("launcher_worker.py") and seen["argv"][1:3] == ["-m", str(tmp_path / "ws")]
     assert seen["token"] == "secret-token"  # FLARE's credentials come as environment, never on the command line
@@ -156,8 +157,8 @@ def test_a_dead_warm_process_gives_flares_own_launch_and_says_why(launcher, tmp_
 
 
 def test_a_second_job_while_the_first_runs_forks_too_and_a_job_with_custom_code_gets_flares_launch(launcher, tmp_path,
-                                                                                                 caplog):
-    warm = start(launcher)
+                                                                                                 caplog, capfd):
+    warm = start(launcher, capfd)
     with caplog.at_level(logging.INFO):
         first, _ = launch(launcher, tmp_path, "job-1", sleep=60)
         second, out = launch(launcher, tmp_path, "job-2")
