@@ -102,6 +102,9 @@ class WarmProcess:
     """One warm process (a fork server), the socket to it and the jobs it forked; it imports `preload` at once."""
 
     def __init__(self, preload: list[str]):
+        """Start the process as FLARE starts a job's (a fresh `sys.executable` in a session of its own, never a fork of
+        this multi-threaded parent) with one end of a socket pair, send it `preload` and read its answers on a thread
+        of their own: a job's end must reach its handle while no launch is waiting."""
         self.logger = logging.getLogger(type(self).__name__)
         ours, theirs = socket.socketpair()
         # FLARE's job environment: the parent's, with the parent's import path as PYTHONPATH

@@ -123,7 +123,7 @@ class ForkServer:
                     self.waiting.remove(name)
                     self.import_module(name)
             try:
-                pid = os.fork()
+                pid = self.fork()
             except OSError as exc:
                 self.channel.send({"job": request["job"], "error": f"fork failed: {exc}"})
                 continue
@@ -132,16 +132,30 @@ class ForkServer:
             self.children.add(pid)
             self.channel.send({"job": request["job"], "pid": pid})
 
+    def fork(self) -> int:
+        """Fork a child in a session of its own, returning once it is in it: FLARE may kill the job's process group
+        as soon as it has the pid, and until then the child is in this process's group."""
+        settled, in_session = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(settled)
+            os.setsid()
+            os.close(in_session)
+            return 0
+        os.close(in_session)
+        os.read(settled, 1)  # the child's end closes once it is in its session (or once it died)
+        os.close(settled)
+        return pid
+
 
 def become_job(request: dict[str, Any]) -> None:
-    """In the forked child: a session of its own, the job's working folder, environment and command line
+    """In the forked child, in a session of its own: the job's working folder, environment and command line
     (`python -m MODULE ARGS...`), and MODULE run as `__main__`; its `sys.exit(rc)` ends this process with FLARE's
     return code. The imported worker module leaves `sys.modules` first (its dependencies stay): `runpy` warns about a
     `__main__` module found already imported. numpy's global generator is reseeded from the system, as a fresh
     process's is, so that no two jobs share its draws (Python's `random` reseeds itself at a fork)."""
     argv: list[str] = request["argv"]
     module = argv[2]
-    os.setsid()
     setproctitle.setproctitle(" ".join(argv))  # before the environment changes: it needs the block it started with
     os.chdir(request["cwd"])
     os.environ.clear()
