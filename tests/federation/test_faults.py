@@ -19,7 +19,7 @@ import pytest
 from support import ADMIN, SITES, abort_running, provision_demo_federation, submit, wait_for_rounds
 
 from federation_tools.loopback import LoopbackFederation
-from jobs.admin import follow_job
+from jobs.admin import JobOutcome, follow_job
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.provision import Federation
@@ -55,12 +55,14 @@ def _reference_weights(rounds: int) -> list[float]:
     return w.tolist()
 
 
-def _lost_a_dead_sites_upload(federation: Federation, job_id: str) -> bool:
+def _lost_a_dead_sites_upload(outcome: JobOutcome) -> bool:
     """FLARE 2.9's known race: a site killed while its update streams to the server leaves the download pending;
     when the run ends the server job process fails decoding it and exits, so FLARE reports EXECUTION_EXCEPTION for
-    a workflow that finished (results.json says so). Only that exact exit is accepted in place of COMPLETED."""
-    log = federation.kit(federation.server) / job_id / "log.txt"
-    return log.is_file() and "failed to decode streamed submit_update" in log.read_text(errors="replace")
+    a workflow that finished (results.json says so). Only that exact exit is accepted in place of COMPLETED, read
+    from the server job's log as downloaded (FLARE removes the job's folder from the server kit once it ends)."""
+    log = outcome.result_dir / "workspace" / "log.txt" if outcome.result_dir else None
+    return (log is not None and log.is_file()
+            and "failed to decode streamed submit_update" in log.read_text(errors="replace"))
 
 
 def test_abort_stops_within_a_round_and_a_new_submission_never_resumes_it(fault_federation, tmp_path):
@@ -166,7 +168,7 @@ def test_a_dead_job_process_and_a_dead_site_are_named_and_the_job_finishes_witho
         loopback.bring_up(ADMIN)
 
     results = outcome.results()
-    assert outcome.completed or _lost_a_dead_sites_upload(federation, outcome.job_id), outcome.refusal()
+    assert outcome.completed or _lost_a_dead_sites_upload(outcome), outcome.refusal()
     assert results["status"] == "finished"
     without_site_2 = [r for r in results["rounds"] if "site-2" not in r["sites"]]
     only_site_1 = [r for r in results["rounds"] if set(r["sites"]) == {"site-1"}]
