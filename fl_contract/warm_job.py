@@ -136,7 +136,12 @@ class ForkServer:
         """Fork a child in a session of its own, returning once it is in it: FLARE may kill the job's process group
         as soon as it has the pid, and until then the child is in this process's group."""
         settled, in_session = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(settled)
+            os.close(in_session)
+            raise
         if pid == 0:
             os.close(settled)
             os.setsid()
