@@ -118,7 +118,6 @@ class WarmProcess:
             raise
         finally:
             theirs.close()
-        self.sock = ours
         self.channel = Channel(ours)
         self.jobs: dict[int, ForkedJob] = {}
         self.retired = False
@@ -132,25 +131,25 @@ class WarmProcess:
             raise
         threading.Thread(target=self._read, name=f"warm-process-{self.process.pid}", daemon=True).start()
 
-    def refusal(self, argv: list[str], env: dict[str, str], custom_dir: str, worker: str) -> str | None:
-        """Why this process cannot fork the job FLARE would start as `argv` with `env`, FLARE's environment for the
-        job, credentials aside (None: it can)."""
+    def staleness(self, env: dict[str, str], custom_dir: str) -> str | None:
+        """Why no job can fork from this process any more (it exited, or its working folder or environment is no
+        longer the parent's; `env` is FLARE's environment for a job, credentials aside), or None."""
         if (code := self.process.poll()) is not None:
             return f"the warm process {self.process.pid} exited with code {code}"
-        if argv[:3] != [sys.executable, "-m", worker]:
-            return f"the job's command {' '.join(argv[:3])!r} is not `{sys.executable} -m {worker}`"
-        if os.path.exists(custom_dir):
-            return f"the job has a custom code folder ({custom_dir})"
-        return self.staleness(env, custom_dir)
-
-    def staleness(self, env: dict[str, str], custom_dir: str) -> str | None:
-        """Why no later job can fork from this process either (its working folder or environment is no longer the
-        parent's), or None."""
         if os.getcwd() != self.cwd:
             return f"the working folder changed from {self.cwd} to {os.getcwd()}"
         expected = {**self.env, PYTHONPATH: self.env[PYTHONPATH] + os.pathsep + custom_dir}
         changed = sorted(k for k in expected.keys() | env.keys() if expected.get(k) != env.get(k))
         return f"the environment changed since it started ({', '.join(changed)})" if changed else None
+
+    @staticmethod
+    def refusal(argv: list[str], custom_dir: str, worker: str) -> str | None:
+        """Why a job FLARE would start as `argv` may not fork from a warm process at all (None: it may)."""
+        if argv[:3] != [sys.executable, "-m", worker]:
+            return f"the job's command {' '.join(argv[:3])!r} is not `{sys.executable} -m {worker}`"
+        if os.path.exists(custom_dir):
+            return f"the job has a custom code folder ({custom_dir})"
+        return None
 
     def fork(self, job_id: str, argv: list[str], env: dict[str, str], modules: list[str]) -> ForkedJob:
         """The job's process, forked by the warm process (raises OSError when it is gone, fails or does not
@@ -179,7 +178,7 @@ class WarmProcess:
                     if job:
                         job.end(message["code"])
                     if last:
-                        _shut(self.sock)  # retired and idle: the socket's end ends it
+                        _shut(self.channel.sock)  # retired and idle: the socket's end ends it
                 elif "pid" in message:
                     with self._jobs_lock:
                         job = self.jobs[message["pid"]] = ForkedJob(message["pid"])
@@ -187,10 +186,10 @@ class WarmProcess:
                 else:
                     self._replies.put(str(message["error"]))
         except (OSError, ValueError):  # a broken socket or line: the process is of no more use
-            _shut(self.sock)
+            _shut(self.channel.sock)
         self._replies.put(None)
         self.process.wait()
-        self.sock.close()
+        self.channel.sock.close()
         self._watch_orphans()
 
     def _watch_orphans(self) -> None:
@@ -220,13 +219,13 @@ class WarmProcess:
 
     def discard(self) -> None:
         """End the warm process (its socket's end ends it; its running jobs stop as their parent goes) and reap it."""
-        _shut(self.sock)
+        _shut(self.channel.sock)
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        self.sock.close()
+        self.channel.sock.close()
 
 
 def _shut(sock: socket.socket) -> None:
@@ -349,9 +348,13 @@ class _WarmJobLauncher(ProcessJobLauncher):
         credentials = get_credential_env(fl_ctx.get_prop(FLContextKey.JOB_PROCESS_ARGS) or {})
         with self._lock:
             warm, absent = self._warm, self._absent
-        refusal = warm.refusal(argv, env, custom_dir, self.worker) if warm else absent
+        stale = warm.staleness(env, custom_dir) if warm else None
+        refusal = (stale or warm.refusal(argv, custom_dir, self.worker)) if warm else absent
         job: ForkedJob | None = None
-        if warm and not refusal:
+        if warm and stale:
+            self._give_up(warm, stale)
+            warm.retire()
+        elif warm and not refusal:
             try:
                 job = warm.fork(str(job_id), argv, {**env, **credentials},
                                 job_modules(workspace.get_app_config_dir(job_id), self.preload))
@@ -359,9 +362,6 @@ class _WarmJobLauncher(ProcessJobLauncher):
                 refusal = f"the warm process {warm.process.pid} did not fork the job ({exc})"
                 self._give_up(warm, refusal)
                 warm.discard()
-        elif warm and (warm.process.poll() is not None or warm.staleness(env, custom_dir)):
-            self._give_up(warm, str(refusal))
-            warm.retire()
         if warm is None or job is None:
             self.logger.warning(f"job {job_id}: FLARE's own launch, since {refusal}")
             handle = super().launch_job(job_meta, fl_ctx)
