@@ -66,10 +66,11 @@ def simulate(job_dir: Path, workspace: Path, sites: list[str], datasets: dict[st
              server_models: dict[str, str] | None = None, timeout: float | None = None) -> SimulationRun:
     """Run `job_dir` with simulated `sites`; `datasets` maps dataset keys to folders (may contain `{site_name}`),
     `server_models` the server's model keys to folders (e.g. FedKT-CSD's autoencoder). Each site gets
-    `site_threads` CPU threads unless OMP_NUM_THREADS is set."""
+    `site_threads` CPU threads unless OMP_NUM_THREADS is set. FLARE's simulator runs with its race between the
+    sites' start-ups closed (federation_tools.flare_simulator)."""
     workspace = Path(workspace).resolve()
     write_simulation_policy(workspace, datasets, server_models)
-    command = [sys.executable, "-m", "nvflare.private.fed.app.simulator.simulator", str(job_dir), "-w", str(workspace),
+    command = [sys.executable, "-m", "federation_tools.flare_simulator", str(job_dir), "-w", str(workspace),
                "-c", ",".join(sites), "-n", str(len(sites)), "-t", str(len(sites))]
     env = {"OMP_NUM_THREADS": str(site_threads(len(sites))), **os.environ}
     completed = subprocess.run(command, timeout=timeout, check=False, env=env)
