@@ -34,9 +34,14 @@ ROLES = (  # (text in the command line, role), the first that matches
     ("fl-job", "the FLARE simulator and its sites"),
     ("[pytest-xdist", "pytest workers (tests that run in the test process)"),  # the title xdist gives them
     ("site-agent", "site-agent commands"),
+    ("site_agent.cli", "site-agent commands"),
     ("fl-provision", "fl-provision"),
+    ("mypy", "ruff and mypy"),
+    ("ruff", "ruff and mypy"),
+    ("link_emulator", "the userspace link emulator"),
+    ("pytest", "the pytest parent"),
 )
-OTHER = "everything else (the pytest parent, other tools, the system)"
+OTHER = "everything else (other tools, the system)"
 
 
 def role_of(command: str) -> str:

@@ -22,6 +22,12 @@ from server_app.recovery import REASON_KEY, RESUMED_AS_KEY
 from server_app.results import RESULTS_FILE
 
 COMPLETED = "FINISHED:COMPLETED"
+FAILED_TO_RUN = "FINISHED:FAILED_TO_RUN"
+DEPLOY_DETAIL = "job_deploy_detail"
+DEPLOY_DETAIL_WAIT_S = 5.0
+"""FLARE marks a job it could not start FAILED_TO_RUN and only then writes why (each site's answer to the deploy) in
+a second update of the meta: how long the follower reads the meta again for it (it follows within milliseconds; a
+follower that read between the two saw the status alone, under the suite's load)."""
 DOWNLOADABLE = (COMPLETED, "FINISHED:ABORTED", "FINISHED:EXECUTION_EXCEPTION")
 WAITING = ("SUBMITTED", "DISPATCHED")
 RECONNECT_WINDOW_S = 300.0
@@ -54,7 +60,7 @@ class JobOutcome:
     def refusal(self) -> str:
         """Why the job did not finish: the workflow's own reason (naming each site's outcome) when it recorded one,
         and what FLARE recorded in the job meta (refusals at deploy, failed sites)."""
-        keys = ("job_deploy_detail", "failed_clients", "status")
+        keys = (DEPLOY_DETAIL, "failed_clients", "status")
         reasons = [str(self.results()["error"])] if self.results().get("error") else []
         waited = waiting_reason(self.meta)
         reasons += [f"the scheduler's last word: {waited}"] if waited else []
@@ -162,12 +168,22 @@ def _follow(
             job_id, last_status = str(meta[RESUMED_AS_KEY]), None
             continue
         if status.startswith("FINISHED"):
-            return job_id, status, meta
+            return job_id, status, _with_deploy_detail(link, job_id, meta)
         if time.monotonic() > deadline:
             link.run(Session.abort_job, job_id)
             raise TimeoutError(f"job {job_id} did not finish within {timeout:.0f} s (last status {status}); "
                                "it was aborted")
         time.sleep(1.0)
+
+
+def _with_deploy_detail(link: Reconnecting, job_id: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """The meta of a finished job; for one FLARE failed to run, read again until it says why (FLARE writes the deploy
+    detail just after the status) or DEPLOY_DETAIL_WAIT_S passes (a job refused before any deploy has none)."""
+    deadline = time.monotonic() + DEPLOY_DETAIL_WAIT_S
+    while meta.get("status") == FAILED_TO_RUN and not meta.get(DEPLOY_DETAIL) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        meta = link.run(Session.get_job_meta, job_id)
+    return meta
 
 
 def _with_connected_sites(link: Reconnecting, reason: str) -> str:
