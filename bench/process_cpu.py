@@ -5,7 +5,9 @@ ahead, sites' and the server's job processes, the FLARE parents, the simulator, 
 
 It runs the command and reads every process's CPU time (user + system, /proc/PID/stat) once a second until the
 command ends; a process that lived less than a second between two reads is missed, and one that ends between reads
-loses at most its last second. A warm job process (`fl_contract.warm_job`) imports ahead and forks each job's
+loses at most its last second. A process that has ended but is not yet reaped (a zombie) shows no command line: it
+keeps the role it had (before, its whole CPU went to "everything else", which so held most of the job processes'
+and simulator sites' CPU). A warm job process (`fl_contract.warm_job`) imports ahead and forks each job's
 process, whose title turns into FLARE's command line: the warm process's CPU counts as importing ahead, a forked
 process's from the moment it took its title as the job's. The suite's two workers share 2 cores and keep them
 busy, so the suite's time follows its CPU: this says which part of that to cut.
@@ -44,7 +46,12 @@ ROLES = (  # (text in the command line, role), the first that matches
 OTHER = "everything else (other tools, the system)"
 
 
+KERNEL = "kernel threads (no command line)"
+
+
 def role_of(command: str) -> str:
+    if not command.strip():
+        return KERNEL
     return next((role for text, role in ROLES if text in command), OTHER)
 
 
@@ -53,6 +60,7 @@ class Seen:
     """One process (pid and start time) as last read: its CPU since the first read, and its CPU while warm."""
 
     role: str
+    command: str = ""
     cpu: float = 0.0
     warm: float = 0.0
     base: float = 0.0
@@ -76,7 +84,8 @@ class Sampler:
             cpu = (int(fields[11]) + int(fields[12])) / TICKS
             key = (pid, fields[19])  # the pid and its start time: a reused pid is another process
             seen = self.processes.setdefault(key, Seen(role_of(command), base=cpu if first else 0.0))
-            seen.role = role_of(command)
+            if command.strip():  # a process that has ended (a zombie) has none: it keeps the role it had
+                seen.role, seen.command = role_of(command), command
             seen.cpu = cpu - seen.base
             if seen.role == WARM:
                 seen.warm = seen.cpu
@@ -90,8 +99,17 @@ class Sampler:
         return totals
 
 
-def measure(command: list[str]) -> tuple[dict[str, float], float, int]:
-    """Run `command`, reading every process once a second; (CPU-s by role, wall seconds, exit code)."""
+    def others(self, count: int) -> list[tuple[float, str]]:
+        """The `count` commands (first 160 characters) that spent most CPU among the processes of no named role."""
+        by_command: dict[str, float] = {}
+        for seen in self.processes.values():
+            if seen.role == OTHER:
+                by_command[seen.command[:160]] = by_command.get(seen.command[:160], 0.0) + seen.cpu
+        return sorted(((cpu, command) for command, cpu in by_command.items()), reverse=True)[:count]
+
+
+def measure(command: list[str]) -> tuple[Sampler, float, int]:
+    """Run `command`, reading every process once a second; (the sampler, wall seconds, exit code)."""
     sampler = Sampler()
     sampler.read(first=True)
     started = time.monotonic()
@@ -99,7 +117,7 @@ def measure(command: list[str]) -> tuple[dict[str, float], float, int]:
     while process.poll() is None:
         time.sleep(1.0)
         sampler.read()
-    return sampler.totals(), time.monotonic() - started, process.returncode
+    return sampler, time.monotonic() - started, process.returncode
 
 
 def table(totals: dict[str, float], wall: float, command: list[str]) -> str:
@@ -116,11 +134,15 @@ def table(totals: dict[str, float], wall: float, command: list[str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write-readme", action="store_true", help="replace the results table in bench/README.md")
+    parser.add_argument("--others", type=int, default=0, metavar="N",
+                        help="also list the N commands that spent most CPU among the processes of no named role")
     parser.add_argument("command", nargs="+", help="the command to measure (after --)")
     args = parser.parse_args()
-    totals, wall, code = measure(args.command)
-    text = table(totals, wall, args.command)
+    sampler, wall, code = measure(args.command)
+    text = table(sampler.totals(), wall, args.command)
     print(text)
+    for cpu, command in sampler.others(args.others):
+        print(f"{cpu:8.1f} CPU-s  {command}")
     if code != 0:
         raise SystemExit(f"the command exited with {code}; nothing written")
     if args.write_readme:
