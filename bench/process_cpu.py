@@ -41,7 +41,8 @@ ROLES = (  # (text in the command line, role), the first that matches
     ("mypy", "ruff and mypy"),
     ("ruff", "ruff and mypy"),
     ("link_emulator", "the userspace link emulator"),
-    ("pytest", "the pytest parent"),
+    ("-m pytest", "the pytest parent"),
+    ("fl-demo", "fl-demo"),
 )
 OTHER = "everything else (other tools, the system)"
 

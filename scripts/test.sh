@@ -8,8 +8,10 @@ echo "ruff check ."
 "$root/.venv/bin/ruff" check .
 echo "mypy (strict on fl_contract and server_app)"
 "$root/.venv/bin/mypy"
-# Two workers, one test module each at a time: the federation tests spend most of their time waiting on
-# heartbeats and restarts, so two of them (or one beside a CPU-bound test) share the 2 cores well. The modules on
-# the shared provisioned federation go to one worker as one unit (tests/conftest.py), and the units are handed out
-# in the workers' order (federations, then the simulator's, then the rest), not by their number of tests.
-exec "$root/.venv/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
+# Four workers, one test module each at a time, on the machine's 2 cores: the federation tests spend much of their
+# time waiting on heartbeats, restarts and each other's processes, so two workers left the cores partly idle (757 s
+# on a quiet 2-core machine); four kept them 92% busy and took 577-638 s there (bench/README.md, the suite's CPU).
+# The modules on the shared provisioned federation go to one worker as one unit (tests/conftest.py), and the units
+# are handed out in the workers' order (federations, then the simulator's, then the rest), not by their number of
+# tests.
+exec "$root/.venv/bin/python" -m pytest -n "${PYTEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder "$@"

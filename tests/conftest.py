@@ -68,7 +68,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In an xdist worker, the modules that start federations come first, then the simulator's, then the rest, in
     collection order otherwise (with --no-loadscope-reorder the workers take them in this order): the long units
-    start early, so the two workers finish together. Tests keep their order within a module."""
+    start early, so the workers finish together. Tests keep their order within a module."""
     if not hasattr(config, "workerinput"):
         return
     tier: dict[str, int] = {}
