@@ -8,20 +8,26 @@ becomes the site named there. Two threads that reach that step together (their c
 suite with 4 workers, site-2's worker started as site-1, trained on site-1's data and sent it under site-2's
 token, and the round's average came out wrong without any error (round 1 [1.306, -2.018] for the reference run's
 [1.354, -2.023]). Here the shared dict keeps `client_name` per thread, so each worker gets the name its own
-thread wrote; nothing else of FLARE's changes.
+thread wrote; nothing else of FLARE's changes. The simulator's own process (forked on Linux; on a platform whose
+`multiprocessing` spawns, it imports this module as `__mp_main__`) runs the client threads, and logs
+SITE_NAMES_KEPT in the simulation's `server/log.txt` when the change is in place there.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
-import runpy
+import multiprocessing
+import sys
 import threading
 from typing import Any
 
 from nvflare.private.fed.app.simulator import simulator_runner
+from nvflare.private.fed.app.simulator.simulator import define_simulator_parser, run_simulator
+from nvflare.private.fed.app.utils import version_check
 
-SIMULATOR = "nvflare.private.fed.app.simulator.simulator"
 CLIENT_NAME = "client_name"
+SITE_NAMES_KEPT = "each simulated site's start-up keeps its own site name (federation_tools.flare_simulator)"
 
 
 class PerThreadClientName(dict[str, Any]):
@@ -67,11 +73,24 @@ def close_client_name_race() -> None:
                  deploy_args: Any, build_ctx: dict[str, Any]) -> None:
         original(self, server_custom_folder, args, clients, client_config, deploy_args,
                  PerThreadClientName(build_ctx))
+        self.logger.info(SITE_NAMES_KEPT)
 
     runner.__init__ = __init__
     runner._per_thread_client_name = True
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    """FLARE's simulator command (same arguments and exit status), with the race closed."""
+    if sys.platform == "darwin":  # as FLARE's own command does there
+        multiprocessing.set_start_method("spawn")
     close_client_name_race()
-    runpy.run_module(SIMULATOR, run_name="__main__", alter_sys=True)
+    version_check()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    define_simulator_parser(parser)
+    return int(run_simulator(parser.parse_args(argv)) or 0)
+
+
+if __name__ == "__mp_main__":  # the simulator's process, where multiprocessing spawns it: it imports this module
+    close_client_name_race()
+if __name__ == "__main__":
+    sys.exit(main())

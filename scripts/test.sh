@@ -10,7 +10,7 @@ echo "mypy (strict on fl_contract and server_app)"
 "$root/.venv/bin/mypy"
 # Four workers, one test module each at a time, on the machine's 2 cores: the federation tests spend much of their
 # time waiting on heartbeats, restarts and each other's processes, so two workers left the cores partly idle (757 s
-# on a quiet 2-core machine); four kept them 92% busy and took 577-638 s there (bench/README.md, the suite's CPU).
+# on a quiet 2-core machine); four kept them 92% busy and took 577-680 s there (bench/README.md, the suite's CPU).
 # The modules on the shared provisioned federation go to one worker as one unit (tests/conftest.py), and the units
 # are handed out in the workers' order (federations, then the simulator's, then the rest), not by their number of
 # tests.

@@ -10,6 +10,7 @@ import pytest
 import torch
 from support import JOB_FILES, read_exported_job
 
+from federation_tools.flare_simulator import SITE_NAMES_KEPT
 from federation_tools.simulate import simulate
 from fl_contract.masked_weights import QUANTUM
 from fl_contract.params import params_to_json
@@ -60,6 +61,7 @@ def plain_run(tmp_path_factory: pytest.TempPathFactory):
 def test_simulator_reproduces_reference_weights(plain_run):
     run = plain_run
     assert not run.aborted(), run.server_log.read_text()[-3000:]
+    assert SITE_NAMES_KEPT in run.server_log.read_text()  # the simulator's site threads ran with the race closed
     results = _results(run)
     weights = {r["round"]: r["global_weights"]["weight"] for r in results["rounds"]}
     for round_number, expected in REFERENCE.items():
