@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from fl_contract.fedkt_csd import MIN_SITES
 from fl_contract.fedkt_csd.wire import from_ring
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, to_autoencoder_range
+from fl_contract.ring import MIN_MASKED_SITES
 from jobs.fedkt_csd.spec import FedKTCSDParams
 from server_app.fedkt_release import release_class_gaussians
 from server_app.privacy.dp_calibration import calibrate_noise
@@ -81,8 +81,8 @@ def secure_aggregation(num_sites: int, rng: np.random.Generator) -> dict[str, fl
     labels = torch.arange(num_sites * 20) % CLASSES
     vectors = {f"site-{i:04d}": class_statistics(latents[i::num_sites], labels[i::num_sites], CLASSES, R)
                for i in range(num_sites)}
-    sites = {name: SecureAggregationSite(name, "bench", MIN_SITES) for name in vectors}
-    server = SecureAggregation("bench", MIN_SITES)
+    sites = {name: SecureAggregationSite(name, "bench", MIN_MASKED_SITES) for name in vectors}
+    server = SecureAggregation("bench", MIN_MASKED_SITES)
     server.start({name: site.advertised for name, site in sites.items()})
     timed: dict[str, float] = {}
     shares = {name: _timed(timed, "share", lambda site=site: site.share(server.keys, server.threshold), name)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_contract.fedkt_csd.wire import RING_DTYPE
+from fl_contract.ring import MIN_MASKED_SITES, RING_DTYPE
 from fl_contract.secure_aggregation import mask_stream
 from server_app.privacy import secure_aggregation as server_module
 from site_agent import secure_aggregation as site_module
@@ -44,7 +44,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SESSION = "bench/secure-aggregation"
 LENGTH = 83_850  # FedKT-CSD's statistics: C (d + 1)(d + 2) / 2 for d = 128, C = 10
 BASELINE_COMMIT = "bf76f25"  # the last commit before SecAgg+ and the batched Shamir rebuild
-MIN_SITES = 3
 
 
 def baseline_modules(commit: str) -> tuple[types.ModuleType, types.ModuleType]:
@@ -82,8 +81,8 @@ def run(site_module: types.ModuleType, server_module: types.ModuleType, num_site
     """The four steps for `num_sites` sites; timings, the graph, and the check that the sum is exact."""
     rng = np.random.default_rng(seed)
     names = [f"site-{i:04d}" for i in range(num_sites)]
-    sites = {name: site_module.SecureAggregationSite(name, SESSION, MIN_SITES) for name in names}
-    server = server_module.SecureAggregation(SESSION, MIN_SITES)
+    sites = {name: site_module.SecureAggregationSite(name, SESSION, MIN_MASKED_SITES) for name in names}
+    server = server_module.SecureAggregation(SESSION, MIN_MASKED_SITES)
     server.start({name: site.advertised for name, site in sites.items()})
     sent, share_s = {}, {}
     for name, site in sites.items():

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_contract.fedkt_csd import MIN_SITES
-from fl_contract.ring import RING_DTYPE
+from fl_contract.ring import MIN_MASKED_SITES, RING_DTYPE
 from fl_contract.secure_aggregation import (
     KEY_BYTES,
     SHARE_BYTES,
@@ -43,9 +42,10 @@ from site_agent.secure_aggregation_identity import SigningIdentity
 
 def site_floor(kit: Path) -> int:
     """The fewest shares this site lets reconstruct its secrets, so the fewest sites a sum it joins may hold: its
-    policy's `min_secure_aggregation_sites`, never below MIN_SITES (with two, each could subtract its own part)."""
+    policy's `min_secure_aggregation_sites`, never below MIN_MASKED_SITES (with two, each could subtract its own
+    part)."""
     policy = PolicyInForce.read(kit / "local").policy
-    return max(MIN_SITES, policy.min_secure_aggregation_sites if policy else MIN_SITES)
+    return max(MIN_MASKED_SITES, policy.min_secure_aggregation_sites if policy else MIN_MASKED_SITES)
 
 
 class SecureAggregationSite:

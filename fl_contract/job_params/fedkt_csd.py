@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fl_contract.classes import PLAYERFL_CLASSES, TRAINING_CLASSES
-from fl_contract.fedkt_csd import ADJACENCIES, COUNT_NOISE_MULTIPLIER, METHODS, MIN_SITES
+from fl_contract.fedkt_csd import ADJACENCIES, COUNT_NOISE_MULTIPLIER, METHODS
 from fl_contract.params import FederationParams, param
+from fl_contract.ring import MIN_MASKED_SITES
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,8 @@ class FedKTCSDParams(FederationParams):
                                           "and pld; split gives every query one multiplier)", low=0.1)
     samples_per_class: int = param(0, "synthetic images per released class; 0 = the class's pooled noisy count over "
                                       "all sites", low=0)
-    min_clients: int = param(MIN_SITES, "sites that must take part (secure aggregation needs at least 3)",
-                             low=MIN_SITES)
+    min_clients: int = param(MIN_MASKED_SITES, "sites that must take part (secure aggregation needs at least 3)",
+                             low=MIN_MASKED_SITES)
     min_count: float = param(10.0, "classes whose noisy count is below this are withheld (10: an empty class "
                                    "passes with 2% probability at count noise std 5)", low=1.0)
     holdout_fraction: float = param(0.2, "share of each site's images held out for the evaluation round (never in "
