@@ -9,8 +9,8 @@ loses at most its last second. A process that has ended but is not yet reaped (a
 keeps the role it had (before, its whole CPU went to "everything else", which so held most of the job processes'
 and simulator sites' CPU). A warm job process (`fl_contract.warm_job`) imports ahead and forks each job's
 process, whose title turns into FLARE's command line: the warm process's CPU counts as importing ahead, a forked
-process's from the moment it took its title as the job's. The suite's two workers share 2 cores and keep them
-busy, so the suite's time follows its CPU: this says which part of that to cut.
+process's from the moment it took its title as the job's. The suite's four workers keep the 2 cores 92% busy, so
+the suite's time follows its CPU: this says which part of that to cut.
 """
 
 from __future__ import annotations
@@ -45,8 +45,6 @@ ROLES = (  # (text in the command line, role), the first that matches
     ("fl-demo", "fl-demo"),
 )
 OTHER = "everything else (other tools, the system)"
-
-
 KERNEL = "kernel threads (no command line)"
 
 
@@ -99,13 +97,13 @@ class Sampler:
                 totals[seen.role] = totals.get(seen.role, 0.0) + seen.cpu - seen.warm
         return totals
 
-
     def others(self, count: int) -> list[tuple[float, str]]:
         """The `count` commands (first 160 characters) that spent most CPU among the processes of no named role."""
         by_command: dict[str, float] = {}
         for seen in self.processes.values():
             if seen.role == OTHER:
-                by_command[seen.command[:160]] = by_command.get(seen.command[:160], 0.0) + seen.cpu
+                command = seen.command[:160]
+                by_command[command] = by_command.get(command, 0.0) + seen.cpu
         return sorted(((cpu, command) for command, cpu in by_command.items()), reverse=True)[:count]
 
 

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from nvflare.private.fed.app.simulator import simulator_runner
 from nvflare.private.fed.app.simulator.simulator_runner import SimulatorClientRunner
 
@@ -57,9 +58,14 @@ def test_flare_alone_sends_two_sites_the_same_name(tmp_path):
     assert _sent_names(_runner(tmp_path)) == {"site-1": "site-2", "site-2": "site-2"}
 
 
-def test_the_runner_sends_each_site_its_own_name(tmp_path, monkeypatch):
-    monkeypatch.setattr(SimulatorClientRunner, "__init__", SimulatorClientRunner.__init__)  # restored after
+@pytest.fixture
+def unpatched_afterwards(monkeypatch):
+    """FLARE's class as it was once the test ends, whatever the test patched into it."""
+    monkeypatch.setattr(SimulatorClientRunner, "__init__", SimulatorClientRunner.__init__)
     monkeypatch.setattr(SimulatorClientRunner, "_per_thread_client_name", False, raising=False)
+
+
+def test_the_runner_sends_each_site_its_own_name(tmp_path, unpatched_afterwards):
     close_client_name_race()
     close_client_name_race()  # once only: a second call wraps nothing again
     runner = _runner(tmp_path)
@@ -75,9 +81,7 @@ def test_flare_writes_and_sends_the_name_as_this_workaround_assumes():
     assert "SimulatorConstants.BUILD_CTX: self.build_ctx" in source
 
 
-def test_a_copy_holds_the_name_of_the_thread_that_made_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(SimulatorClientRunner, "__init__", SimulatorClientRunner.__init__)
-    monkeypatch.setattr(SimulatorClientRunner, "_per_thread_client_name", False, raising=False)
+def test_a_copy_holds_the_name_of_the_thread_that_made_it(tmp_path, unpatched_afterwards):
     close_client_name_race()
     runner = _runner(tmp_path)
     runner.build_ctx["client_name"] = "site-3"
