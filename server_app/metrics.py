@@ -17,15 +17,18 @@ INCENTIVE_BASELINES = ("local", "fedavg")
 """The methods incentivisation compares against: it says nothing about them (FedAvg can never beat itself)."""
 
 
-def federation_summary(per_site: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-    """`<score>` (training-size weighted mean) and `<score>_variance` for each score in SCORES."""
+def federation_summary(per_site: Mapping[str, Mapping[str, float]], weighted: bool = True) -> dict[str, float]:
+    """`<score>` (training-size weighted mean; the plain mean over sites when not `weighted`, as with
+    secure_aggregation, where the server never learns a site's size) and `<score>_variance` for each score in
+    SCORES."""
     if not per_site:
         raise ValueError("no site results to summarise")
     sites = sorted(per_site)
-    missing = [f"{s}: {k}" for s in sites for k in (*SCORES, WEIGHT) if k not in per_site[s]]
+    needed = (*SCORES, WEIGHT) if weighted else SCORES
+    missing = [f"{s}: {k}" for s in sites for k in needed if k not in per_site[s]]
     if missing:
         raise ValueError(f"site results lack {missing}")
-    weights = np.array([per_site[s][WEIGHT] for s in sites], dtype=np.float64)
+    weights = np.array([per_site[s][WEIGHT] if weighted else 1.0 for s in sites], dtype=np.float64)
     summary = {}
     for key in SCORES:
         values = np.array([per_site[s][key] for s in sites], dtype=np.float64)

@@ -84,7 +84,8 @@ class PLayerFLController(RoundWorkflow):
         if self._contract.chooses_split(round_index):
             curves = {site: meta[protocol.SENSITIVITY] for site, meta in intake.meta.items()
                       if protocol.SENSITIVITY in meta}
-            weights = {site: int(curve[protocol.CURVE_SAMPLES]) for site, curve in curves.items()}
+            # with secure_aggregation the sites keep their sizes: every curve weighs the same (docs/playerfl.md)
+            weights = {site: int(curve.get(protocol.CURVE_SAMPLES, 1)) for site, curve in curves.items()}
             entry["split"] = self._split(curves, weights, self.layers)
             self.shared = entry["split"]["federated_layers"]
         if intake.masked is not None:  # the masked sum of the layers sent, each over the sites that sent it
@@ -104,7 +105,7 @@ class PLayerFLController(RoundWorkflow):
         """In the rounds a curve is due, the curve each site sends in the clear beside its keys."""
         if not self._contract.sends_sensitivity(round_index):
             return None
-        return lambda site, meta: check_curve(site, meta.get(protocol.SENSITIVITY), self.layers)
+        return lambda site, meta: check_curve(site, meta.get(protocol.SENSITIVITY), self.layers, masked=True)
 
     def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, Params]]:
         return {"shared": self.shared}, {"global": self.global_params}
@@ -121,7 +122,7 @@ class PLayerFLController(RoundWorkflow):
         if self.abort_signal.triggered:
             self.stopped("the final evaluation")
             return False
-        evaluation = {site_name(r): {**scalar_metrics(r), WEIGHT: int(reported_samples(r))}
+        evaluation = {site_name(r): {**scalar_metrics(r), **self._reported_weight(r)}
                       for r in sorted(results, key=site_name)}
         if len(evaluation) < self.job.min_clients:
             missing = missing_sites(self.site_names(), evaluation)
@@ -130,8 +131,13 @@ class PLayerFLController(RoundWorkflow):
             return False
         self.recorder.save_model(self.model_to_save())
         self.recorder.finish("finished", federated_layers=self.shared, evaluation=evaluation,
-                             summary=federation_summary(evaluation))
+                             summary=federation_summary(evaluation, weighted=not self.masked))
         return True
+
+    def _reported_weight(self, result: FLModel) -> dict[str, int]:
+        """A site's training-set size as it sent it beside its evaluation; with secure_aggregation none is recorded
+        (a site's size leaves it only masked, and results.json never holds one per site)."""
+        return {} if self.masked else {WEIGHT: int(reported_samples(result))}
 
     def _send(self, task: str, global_params: Params, layers: list[Layer], shared: int,
               round_index: int) -> list[FLModel]:
@@ -187,8 +193,10 @@ def check_layers(update: SiteUpdate, global_params: Params, shared: list[Layer],
         check_sample_count(update)
 
 
-def check_curve(site: str, curve: object, layers: list[Layer]) -> None:
-    """A sensitivity curve must name the server's layers in order and hold finite, non-decreasing values."""
+def check_curve(site: str, curve: object, layers: list[Layer], masked: bool = False) -> None:
+    """A sensitivity curve must name the server's layers in order and hold finite, non-decreasing values; it
+    carries the site's training-set size (its weight in the mean), except in a masked job (`masked`), where a curve
+    carrying one is refused: a site's size leaves it only inside the masked vector there."""
     names = [layer.name for layer in layers]
     if not isinstance(curve, dict) or curve.get("layers") != names:
         raise UpdateRejected(site, f"its sensitivity curve does not name the model's {len(names)} layers in order")
@@ -196,6 +204,11 @@ def check_curve(site: str, curve: object, layers: list[Layer]) -> None:
     if values.shape != (len(names),) or not np.all(np.isfinite(values)) or np.any(np.diff(values) < 0) or values[0] < 0:
         raise UpdateRejected(site, "its sensitivity curve is not a finite, non-negative, non-decreasing sequence")
     samples = curve.get(protocol.CURVE_SAMPLES)
+    if masked:
+        if samples is not None:
+            raise UpdateRejected(site, "its sensitivity curve carries its number of training samples in the clear, "
+                                       "which a job with secure_aggregation never lets a site send")
+        return
     if not isinstance(samples, int) or isinstance(samples, bool) or samples <= 0:
         raise UpdateRejected(site, f"its sensitivity curve carries {samples!r} as its number of training samples, "
                                    "not a positive integer")

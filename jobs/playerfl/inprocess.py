@@ -71,8 +71,10 @@ class _Communicator:
         return None
 
 
-def run_in_process(params: PLayerFLParams, sites: Mapping[str, Path], workspace: Path) -> Path:
-    """Run the job `params` describes over `sites` (name -> ISIC folder); returns its results.json."""
+def run_in_process(params: PLayerFLParams, sites: Mapping[str, Path], workspace: Path,
+                   received: list[tuple[str, FLModel]] | None = None) -> Path:
+    """Run the job `params` describes over `sites` (name -> ISIC folder); returns its results.json. Every answer
+    the server is given is appended to `received` (task name, answer as sent), to check what leaves a site."""
     if params.tracking:
         raise ValueError("in-process runs have no FLARE tracking components: set tracking=False")
     workspace = Path(workspace)
@@ -89,6 +91,8 @@ def run_in_process(params: PLayerFLParams, sites: Mapping[str, Path], workspace:
         for site in targets or names:
             torch.manual_seed(tasks[site].seed)  # as FLARE's executor does before every task
             result: FLModel = tasks[site].answer(task_name, copy.deepcopy(data), contexts[site])
+            if received is not None:
+                received.append((task_name, copy.deepcopy(result)))
             result.meta = {**(result.meta or {}), "client_name": site}
             results.append(result)
         return results

@@ -96,9 +96,10 @@ class PLayerFLTask(TrackedTask):
         if self._strategy.contract.sends_sensitivity(round_number):
             if local.sensitivity is None:
                 raise RuntimeError(f"method {self.job.method} owes its sensitivity curve in round {round_number + 1}")
-            # the curve's weight in the federation's mean travels with it: with secure_aggregation the sample
-            # count above leaves only masked
-            meta[protocol.SENSITIVITY] = {**local.sensitivity.to_meta(), protocol.CURVE_SAMPLES: len(site.train)}
+            # In the clear the curve carries its weight in the federation's mean; with secure_aggregation the
+            # sample count leaves only inside the masked vector, and the server averages the curves unweighted.
+            meta[protocol.SENSITIVITY] = {**local.sensitivity.to_meta(),
+                                          **self._clear_count(protocol.CURVE_SAMPLES, len(site.train))}
         state.model = net.state_dict()
         save_state(state, site.state_folder, round_number)
         self.track(metrics, round_number)
@@ -127,7 +128,12 @@ class PLayerFLTask(TrackedTask):
         metrics = {**metrics, "test_macro_f1": test["macro_f1"], "test_balanced_accuracy": test["balanced_accuracy"],
                    "best_round": best_round, "best_val_macro_f1": best_score}
         self.track(metrics, final_round)
-        return FLModel(metrics=metrics, meta={FLMetaKey.NUM_STEPS_CURRENT_ROUND: len(site.train)})
+        return FLModel(metrics=metrics, meta=self._clear_count(FLMetaKey.NUM_STEPS_CURRENT_ROUND, len(site.train)))
+
+    def _clear_count(self, key: str, count: int) -> dict[str, int]:
+        """The site's training-set size under `key`, or nothing with secure_aggregation: the count is the site's
+        to keep then (it leaves only masked, inside the training round's vector), in every answer."""
+        return {} if self.job.secure_aggregation else {key: count}
 
     # ---- steps -------------------------------------------------------------------------------------------------
 

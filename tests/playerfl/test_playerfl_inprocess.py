@@ -6,11 +6,15 @@ import json
 import numpy as np
 import pytest
 import torch
+from nvflare.apis.fl_constant import FLMetaKey
+from nvflare.app_common.abstract.fl_model import FLModel
 
 from federation_tools.playerfl_compare import write_demo_sites
 from fl_contract.params import ParameterError
+from fl_contract.playerfl import protocol
 from jobs.playerfl.inprocess import JobFailed, run_in_process
 from jobs.playerfl.spec import PLayerFLParams
+from server_app.metrics import WEIGHT
 
 TINY = {"num_rounds": 2, "image_size": 32, "batch_size": 8, "tracking": False, "min_clients": 3,
         "model_args": {"channels": [4, 4, 8, 8, 8], "hidden": 8}}
@@ -22,8 +26,9 @@ def sites(tmp_path_factory):
     return {site: root / site for site in write_demo_sites(root, 3, 24, 32, 1.0, seed=0)}
 
 
-def _run(method: str, sites, workspace, **extra) -> dict:
-    return json.loads(run_in_process(PLayerFLParams(method=method, **{**TINY, **extra}), sites, workspace).read_text())
+def _run(method: str, sites, workspace, received=None, **extra) -> dict:
+    return json.loads(run_in_process(PLayerFLParams(method=method, **{**TINY, **extra}), sites, workspace,
+                                     received).read_text())
 
 
 def test_playerfl_never_uploads_its_last_layer_and_random_draws_another_split_before_round_1(sites, tmp_path):
@@ -49,11 +54,14 @@ def test_a_failing_job_raises_the_controllers_reason(sites, tmp_path):
 
 @pytest.mark.parametrize("method", ["playerfl", "fedlp"])
 def test_masked_rounds_give_the_plain_runs_split_and_model(sites, tmp_path, method):
-    """secure_aggregation on: the same split from the same curves (sent in the clear, weighted by the counts they
-    carry), and per layer the same sample-weighted mean over the sites that sent it (FedLP drops some layers), so
-    the federated model equals the plain run's within float32 rounding of the fixed point's quantum."""
+    """secure_aggregation on: the same split from the same curves (sent in the clear without their counts; the demo
+    sites are of one size, so the unweighted mean equals the weighted one), and per layer the same sample-weighted
+    mean over the sites that sent it (FedLP drops some layers), so the federated model equals the plain run's within
+    float32 rounding of the fixed point's quantum; and the server was given nothing in the clear but metrics and
+    the curves."""
     plain = _run(method, sites, tmp_path / "plain")
-    masked = _run(method, sites, tmp_path / "masked", secure_aggregation=True, update_l2_bound=100.0)
+    received: list[tuple[str, FLModel]] = []
+    masked = _run(method, sites, tmp_path / "masked", received, secure_aggregation=True, update_l2_bound=100.0)
 
     assert masked["status"] == "finished" and masked["federated_layers"] == plain["federated_layers"]
     assert [r.get("split", {}).get("federated_layers") for r in masked["rounds"]] == \
@@ -64,6 +72,20 @@ def test_masked_rounds_give_the_plain_runs_split_and_model(sites, tmp_path, meth
     assert ours.keys() == theirs.keys()
     for name, value in theirs.items():
         np.testing.assert_allclose(ours[name].numpy(), value.numpy(), rtol=0, atol=1e-5, err_msg=name)
+    _assert_nothing_in_the_clear(received, set(theirs), masked)
+
+
+def _assert_nothing_in_the_clear(received: list[tuple[str, FLModel]], weight_names: set[str], results: dict) -> None:
+    """What the server was given in a masked run: no answer to any task (train, the secure-aggregation steps,
+    evaluate) carries a model parameter or the site's training-set size in the clear, not even inside the
+    round-1 sensitivity curve; results.json records no per-site count."""
+    assert {task for task, _ in received} >= {"train", "evaluate"}
+    for task, answer in received:
+        assert not weight_names & set(answer.params or {}), f"{task}: weights in the clear"
+        meta = answer.meta or {}
+        assert FLMetaKey.NUM_STEPS_CURRENT_ROUND not in meta, f"{task}: the sample count in the clear"
+        assert protocol.CURVE_SAMPLES not in meta.get(protocol.SENSITIVITY, {}), f"{task}: the curve's count"
+    assert all(WEIGHT not in site for site in results["evaluation"].values())
 
 
 def test_local_training_has_nothing_to_mask():

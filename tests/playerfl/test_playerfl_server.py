@@ -54,6 +54,24 @@ def test_curve_for_another_model_is_refused():
         check_curve("site-3", {"layers": ["0", "1"], "cumulative": [2.0, 1.0]}, LAYERS)
 
 
+def test_a_masked_jobs_curve_carrying_the_sites_size_is_refused_and_one_without_it_passes():
+    curve = {"layers": ["0", "1"], "cumulative": [1.0, 2.0]}
+    check_curve("site-3", curve, LAYERS, masked=True)
+    with pytest.raises(UpdateRejected, match="in the clear"):
+        check_curve("site-3", {**curve, "num_samples": 15}, LAYERS, masked=True)
+    with pytest.raises(UpdateRejected, match="as its number of training samples"):
+        check_curve("site-3", curve, LAYERS)
+
+
+def test_a_masked_federation_score_is_the_plain_mean_over_sites():
+    per_site = {"a": {"test_macro_f1": 0.2, "test_balanced_accuracy": 0.5},
+                "b": {"test_macro_f1": 0.6, "test_balanced_accuracy": 0.5}}
+
+    assert federation_summary(per_site, weighted=False)["test_macro_f1"] == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="num_train"):
+        federation_summary(per_site)
+
+
 def test_federation_score_is_weighted_by_training_size_and_fairness_is_the_variance():
     per_site = {"a": {"test_macro_f1": 0.2, "test_balanced_accuracy": 0.5, "num_train": 30},
                 "b": {"test_macro_f1": 0.6, "test_balanced_accuracy": 0.5, "num_train": 10}}
