@@ -227,7 +227,7 @@ def _check_monochrome2(slices: list[Slice]) -> None:
         raise DataError(
             f"{inverted[0].where}: PhotometricInterpretation MONOCHROME1 (inverted greyscale) while "
             f"{len(slices) - len(inverted)} of the series' {len(slices)} slices are MONOCHROME2; "
-            "its intensities would be inverted against the others'. Remove the slice or {REEXPORT} as MONOCHROME2"
+            f"its intensities would be inverted against the others'. Remove the slice or {REEXPORT} as MONOCHROME2"
         )
     raise DataError(
         f"{inverted[0].where}: PhotometricInterpretation MONOCHROME1 (inverted greyscale: the lowest value is shown "

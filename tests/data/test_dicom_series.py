@@ -321,7 +321,8 @@ def test_one_monochrome1_slice_in_a_monochrome2_series_is_named(tmp_path):
     # Assert
     message = str(error.value)
     assert message.startswith(f"{paths[2]}: PhotometricInterpretation MONOCHROME1")
-    assert "7 of the series' 8 slices are MONOCHROME2" in message and "Remove the slice" in message
+    assert "7 of the series' 8 slices are MONOCHROME2" in message
+    assert "Remove the slice or re-export the series from the PACS as MONOCHROME2" in message and "{" not in message
 
 
 def test_a_monochrome1_series_is_refused(tmp_path):
