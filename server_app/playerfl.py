@@ -85,7 +85,7 @@ class PLayerFLController(RoundWorkflow):
             curves = {site: meta[protocol.SENSITIVITY] for site, meta in intake.meta.items()
                       if protocol.SENSITIVITY in meta}
             # with secure_aggregation the sites keep their sizes: every curve weighs the same (docs/playerfl.md)
-            weights = {site: int(curve.get(protocol.CURVE_SAMPLES, 1)) for site, curve in curves.items()}
+            weights = {site: 1 if self.masked else int(curve[protocol.CURVE_SAMPLES]) for site, curve in curves.items()}
             entry["split"] = self._split(curves, weights, self.layers)
             self.shared = entry["split"]["federated_layers"]
         if intake.masked is not None:  # the masked sum of the layers sent, each over the sites that sent it
