@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.registry import kinds
+from jobs.registry import kinds, site_allow_list
 from site_agent.job_contents import SITE_DEPLOYER_PATH
+from site_agent.kit_policy import SiteKitPolicy
 from site_agent.policy import SitePolicy
 from site_agent.site_guard import SITE_GUARD_PATH
 
@@ -122,3 +123,14 @@ def authorization_policy() -> dict[str, Any]:
         rights["byoc"] = "none"
         rights["server-predeployed-flwr"] = "none"
     return {"format_version": "1.0", "permissions": roles}
+
+
+def site_kit_policy(accepted_roles: list[str], stream_logs: bool = False, warm_jobs: bool = True) -> SiteKitPolicy:
+    """Every site kit's policy (site_agent.kit_policy): the exact allow-list of the registered job kinds, the site
+    guard and deployer (which refuses at deploy a job that carries code), FLARE's log streaming off unless asked for,
+    the warm job launcher unless not asked for, the slow-link settings, no byoc right, and the default privacy
+    policy accepting jobs from `accepted_roles`."""
+    launcher = job_launcher_component(SITE_JOB_LAUNCHER, site_allow_list()) if warm_jobs else None
+    return SiteKitPolicy(tuple(site_allow_list()), (site_guard_component(), site_deployer_component()), launcher,
+                         stream_logs, dict(COMM_CONFIG), authorization_policy(),
+                         default_site_policy(accepted_roles).to_json())

@@ -23,25 +23,22 @@ from typing import Any
 
 import yaml
 
-from jobs.registry import server_allow_list, site_allow_list
+from jobs.registry import server_allow_list
 from provisioning.policy import (
     COMM_CONFIG,
     DEFAULT_ACCEPTED_ROLES,
     SERVER_ADMIN_TIMEOUT_S,
     SERVER_HEARTBEAT_TIMEOUT_S,
     SERVER_JOB_LAUNCHER,
-    SITE_JOB_LAUNCHER,
     authorization_policy,
-    default_site_policy,
     job_launcher_component,
     job_recovery_component,
     job_scheduler,
     site_admission_component,
-    site_deployer_component,
-    site_guard_component,
+    site_kit_policy,
 )
 from server_app.admission import PARTICIPANTS_FILE, Participants, write_participants
-from site_agent.policy import write_policy
+from site_agent.kit_policy import apply_site_policy
 
 TEMPLATE = Path(__file__).with_name("project.yml")
 ADMIN_ROLES = ("project_admin", "org_admin", "lead", "member", "super")
@@ -115,28 +112,8 @@ def _job_launcher(resources: dict[str, Any], launcher: str, classes: list[str]) 
 
 def write_site_policy(kit: Path, accepted_roles: list[str], stream_logs: bool = False,
                       warm_jobs: bool = True) -> None:
-    """Site resources: exact allow-list, site guard and deployer (which refuses at deploy a job that carries code),
-    log streaming off unless asked for, the warm job launcher unless not asked for; the default privacy policy.
-
-    Site logs name local files (our errors say which case is broken), so by default they stay at the site:
-    FLARE's job-log and error-log streaming to the server are switched off.
-    """
-    resources = json.loads((kit / "local" / "resources.json.default").read_text())
-    resources["class_list_enforcement_mode"] = "enforce"
-    resources["class_allow_list"] = site_allow_list()
-    resources["allow_log_streaming"] = stream_logs
-    resources["components"] = [
-        c for c in resources.get("components", [])
-        if c.get("id") not in ("site_guard", "app_deployer")
-        and (stream_logs or not c.get("path", "").endswith(".SiteLogStreamer"))
-    ]
-    resources["components"] += [site_guard_component(), site_deployer_component()]
-    if warm_jobs:
-        _job_launcher(resources, SITE_JOB_LAUNCHER, site_allow_list())
-    _write_json(kit / "local" / "resources.json", resources)
-    _write_json(kit / "local" / "comm_config.json", COMM_CONFIG)
-    _write_json(kit / "local" / "authorization.json", authorization_policy())
-    write_policy(kit / "local", default_site_policy(accepted_roles))
+    """The site kit policy (provisioning.policy.site_kit_policy) written into the site kit at `kit`."""
+    apply_site_policy(kit, site_kit_policy(accepted_roles, stream_logs, warm_jobs))
 
 
 def write_server_policy(kit: Path, storage: Path, participants: Participants, warm_jobs: bool = True) -> None:
