@@ -8,7 +8,6 @@ terminates every process we started and all their descendants (job workers) by P
 from __future__ import annotations
 
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -20,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import psutil
-import yaml
 
 from provisioning.provision import Federation
+from site_agent.kit import certificate_organisation
 from site_agent.processes import kill_processes, stop_process_tree
 
 if TYPE_CHECKING:
@@ -48,10 +47,10 @@ class Participant:
     log_path: Path
 
 
-def _org_of(federation: Federation, name: str) -> str:
-    """The participant's org from the provisioned project.yml (a kit from elsewhere gets its own name as org)."""
-    project = yaml.safe_load((federation.kits_dir.parent.parent / "project.yml").read_text())
-    return next((p["org"] for p in project["participants"] if p["name"] == name), re.sub(r"\W", "_", name))
+def _org_of(kit: Path) -> str:
+    """The participant's org as its certificate says (FLARE's start scripts pass the same to the process)."""
+    startup = kit / "startup"
+    return certificate_organisation(startup / ("server.crt" if (startup / "server.crt").is_file() else "client.crt"))
 
 
 class LoopbackFederation:
@@ -67,7 +66,7 @@ class LoopbackFederation:
         log_path = kit / "process.log"
         log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")  # names local files
         command = [*prefix, self.python, "-u", "-m", module, "-m", str(kit), "-s", config, "--set", "secure_train=true",
-                   f"org={_org_of(self.federation, name)}", "config_folder=config", *extra]
+                   f"org={_org_of(kit)}", "config_folder=config", *extra]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         # umask 077: the job workspaces, logs, storage and checkpoints FLARE writes are the owner's only
         process = subprocess.Popen(command, cwd=kit, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -53,9 +53,10 @@ class Federation:
     server: str
     sites: list[str]
     admins: dict[str, str] = field(default_factory=dict)  # name -> role
+    kit_paths: dict[str, Path] = field(default_factory=dict)  # kits elsewhere than kits_dir (each made where it runs)
 
     def kit(self, name: str) -> Path:
-        return self.kits_dir / name
+        return self.kit_paths.get(name, self.kits_dir / name)
 
     @property
     def ca_state(self) -> Path:
@@ -218,10 +219,8 @@ def _parse_admins(values: list[str] | None) -> dict[str, str] | None:
     return admins
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`fl-provision`: after writing the kits it says which kit goes to whom and that the root CA's key must leave this
-    machine, since that key signs every kit of the project."""
-    parser = argparse.ArgumentParser(prog="fl-provision", description=__doc__.split("\n\n")[0])
+def add_project_options(parser: argparse.ArgumentParser) -> None:
+    """The options that choose the project and every kit's policy, shared by central and distributed provisioning."""
     parser.add_argument("--project", type=Path, help="project.yml (default: the template in provisioning/project.yml)")
     parser.add_argument("--workspace", type=Path, required=True, help="where the kits are written (keep it private)")
     parser.add_argument("--name", help="project name (names the root CA)")
@@ -231,19 +230,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, help="server port for sites and admins")
     parser.add_argument("--accepted-roles", default=",".join(DEFAULT_ACCEPTED_ROLES),
                         help="submitter roles sites accept (written into each site's local/site_policy.json)")
-    parser.add_argument("--server-storage", type=Path,
-                        help="job/snapshot storage on the server (default: inside its kit)")
-    parser.add_argument("--new-ca", action="store_true",
-                        help="make a new root CA although kits exist and the CA state is absent "
-                             "(every kit is replaced)")
     parser.add_argument("--stream-site-logs", action="store_true",
                         help="let sites stream job and error logs to the server (off: logs may name local files)")
     parser.add_argument("--flare-job-launcher", action="store_true",
                         help="start every job process as FLARE does, a fresh Python, instead of from a warm process "
                              "that imported torch and the tasks ahead (faster start, one idle process per kit)")
+
+
+def project_from_options(args: argparse.Namespace) -> dict[str, Any]:
+    return customise(load_template(args.project), args.name, args.sites.split(",") if args.sites else None,
+                     _parse_admins(args.admin), args.port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`fl-provision`: after writing the kits it says which kit goes to whom and that the root CA's key must leave this
+    machine, since that key signs every kit of the project."""
+    parser = argparse.ArgumentParser(prog="fl-provision", description=__doc__.split("\n\n")[0],
+                                     epilog="Distributed provisioning, where each participant makes its own key: "
+                                            "fl-provision init | approve | revoke | server-kit | certificates "
+                                            "(fl-provision init --help; docs/admin-guide.md)")
+    add_project_options(parser)
+    parser.add_argument("--server-storage", type=Path,
+                        help="job/snapshot storage on the server (default: inside its kit)")
+    parser.add_argument("--new-ca", action="store_true",
+                        help="make a new root CA although kits exist and the CA state is absent "
+                             "(every kit is replaced)")
     args = parser.parse_args(argv)
-    project = customise(load_template(args.project), args.name, args.sites.split(",") if args.sites else None,
-                        _parse_admins(args.admin), args.port)
+    project = project_from_options(args)
     try:
         federation = provision(project, args.workspace, args.accepted_roles.split(","), args.server_storage,
                                args.stream_site_logs, args.new_ca, not args.flare_job_launcher)

@@ -12,7 +12,12 @@ front of FLARE's registration and heartbeat handlers:
   to re-activate an old token after a server restart, is out at its next heartbeat.
 
 The name checked is the one FLARE then verifies against the certificate's common name, so a listed name on an
-unlisted certificate still fails FLARE's own check. The list is re-read whenever the file changes: adding a site
+unlisted certificate still fails FLARE's own check. Where the list pins a name's certificate (distributed
+provisioning, `fl-provision approve`: the serial of the one certificate approved for it), a registration must
+present that certificate: one replaced by a renewal or revoked (`fl-provision revoke`) is refused, and a site that
+registered with it is put out at its next heartbeat once the list changes. The certificate read is the one FLARE's
+registration carries for its identity check (`IdentityChallengeKey.CERT` in the request's Shareable), and FLARE
+then verifies that the registering client holds its key. The list is re-read whenever the file changes: adding a site
 (`fl-provision` with the new site, then this one file copied to the running server's kit) needs no restart, and
 running jobs are untouched. A list that cannot be read keeps the last good one in force (and the log says why);
 with none read yet, every registration is refused: the server fails closed.
@@ -23,16 +28,17 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
 from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_component import FLComponent
 from nvflare.apis.fl_context import FLContext
 from nvflare.fuel.f3.cellnet.core_cell import make_reply
-from nvflare.fuel.f3.cellnet.defs import CellChannel, CellChannelTopic
+from nvflare.fuel.f3.cellnet.defs import CellChannel, CellChannelTopic, IdentityChallengeKey
 from nvflare.fuel.f3.cellnet.defs import ReturnCode as CellReturnCode
 from nvflare.fuel.f3.message import Message
 from nvflare.private.defs import CellMessageHeaderKeys, ClientType
@@ -48,29 +54,46 @@ class ParticipantsError(ValueError):
 
 @dataclass(frozen=True)
 class Participants:
-    """Who may join: the provisioned project's sites, admins and relays, by certificate common name."""
+    """Who may join: the provisioned project's sites, admins and relays, by certificate common name, and where a
+    name's certificate is pinned, only with that certificate (serials as lower-case hex)."""
 
     project: str
     sites: frozenset[str]
     admins: frozenset[str]
     relays: frozenset[str] = frozenset()
+    certificates: Mapping[str, str] = field(default_factory=dict)  # name -> the serial approved for it
+    revoked: Mapping[str, str] = field(default_factory=dict)  # serial -> the name it was issued to
 
     def listed(self, client_type: str) -> frozenset[str]:
         """The names of FLARE client type `client_type` (a site, an admin or a relay) that may join."""
         names: frozenset[str] = getattr(self, _ROLES.get(client_type, "sites"))
         return names
 
-    def refusal(self, name: str, client_type: str) -> str | None:
-        """Why `name` may not join, as the refused client is told (it does not learn who is listed); None if it may."""
-        if name in self.listed(client_type):
+    def refusal(self, name: str, client_type: str, serial: str | None = None) -> str | None:
+        """Why `name` may not join, as the refused client is told (it does not learn who is listed); None if it may.
+
+        `serial`: the serial of the certificate it presents ("" for none); None where it is not known (a heartbeat
+        from a site whose registration this server did not see), which checks the name only."""
+        noun = _NOUNS[_ROLES.get(client_type, "sites")]
+        if serial and serial in self.revoked:
+            return (f"the certificate {serial} of {noun} {self.revoked[serial]!r} was revoked by the federation lead; "
+                    "it cannot join with it again (a new key and request: site-agent request, docs/site-it-guide.md)")
+        if name not in self.listed(client_type):
+            return (f"{noun} {name!r} is not a participant of project {self.project!r} on this server; the federation "
+                    f"lead adds it with fl-provision and copies the new server kit's local/{PARTICIPANTS_FILE} to "
+                    "the server")
+        pinned = self.certificates.get(name)
+        if pinned is None or serial is None or serial == pinned:
             return None
-        return (f"{_NOUNS[_ROLES.get(client_type, 'sites')]} {name!r} is not a participant of project "
-                f"{self.project!r} on this server; the federation lead adds it with fl-provision and copies the new "
-                f"server kit's local/{PARTICIPANTS_FILE} to the server")
+        if not serial:
+            return f"{noun} {name!r} presented no certificate, and only the one approved for it may join"
+        return (f"the certificate {serial} of {noun} {name!r} is not the one approved for it (a renewal replaced it); "
+                "install the kit of the latest approval (site-agent install-kit, docs/site-it-guide.md)")
 
     def to_json(self) -> dict[str, Any]:
         return {"project": self.project, "sites": sorted(self.sites), "admins": sorted(self.admins),
-                "relays": sorted(self.relays)}
+                "relays": sorted(self.relays), "certificates": dict(sorted(self.certificates.items())),
+                "revoked": dict(sorted(self.revoked.items()))}
 
 
 def read_participants(path: Path) -> Participants:
@@ -89,7 +112,19 @@ def read_participants(path: Path) -> Participants:
         if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
             raise ParticipantsError(f"{path}: '{role}' must be a list of names, not {value!r}; {fix}")
         names[role] = frozenset(value)
-    return Participants(content["project"], names["sites"], names["admins"], names["relays"])
+    pins: dict[str, dict[str, str]] = {}
+    for key in ("certificates", "revoked"):
+        value = content.get(key, {})
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise ParticipantsError(f"{path}: '{key}' must map names and serials to strings, not {value!r}; {fix}")
+        pins[key] = value
+    return Participants(content["project"], names["sites"], names["admins"], names["relays"], pins["certificates"],
+                        pins["revoked"])
+
+
+def certificate_serial(certificate_pem: bytes) -> str:
+    """A certificate's serial as the participants list writes it (lower-case hex; the first of a PEM chain)."""
+    return format(x509.load_pem_x509_certificates(certificate_pem)[0].serial_number, "x")
 
 
 def write_participants(local_dir: Path, participants: Participants) -> Path:
@@ -131,13 +166,13 @@ class ParticipantsList:
                     self._error = str(exc)
             return self._current
 
-    def refusal(self, name: str, client_type: str) -> tuple[str, str] | None:
+    def refusal(self, name: str, client_type: str, serial: str | None = None) -> tuple[str, str] | None:
         """None when `name` may join; else what the refused client is told and what the server's log says."""
         participants = self.current()
         if participants is None:
             return ("the server has no participants list; nobody can join until the federation lead fixes it",
                     f"no participants list ({self._error})")
-        reason = participants.refusal(name, client_type)
+        reason = participants.refusal(name, client_type, serial)
         if reason is None:
             return None
         listed = ", ".join(sorted(participants.listed(client_type))) or "none"
@@ -166,6 +201,7 @@ class SiteAdmission(FLComponent):
         super().__init__()
         self.participants_file = participants_file
         self.participants: ParticipantsList | None = None
+        self.registered: dict[str, str] = {}  # name -> the serial of the certificate it last registered with
 
     def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
         if event_type != EventType.SYSTEM_BOOTSTRAP:  # before SYSTEM_START, as soon as the server's cell is up
@@ -198,11 +234,14 @@ class SiteAdmission(FLComponent):
     def _checked(self, handler: Callable[[Message], Message], action: str,
                  on_refusal: Callable[[Message], None] | None) -> Callable[[Message], Message]:
         def check(request: Message) -> Message:
-            name = request.get_header(CellMessageHeaderKeys.CLIENT_NAME)
+            name = str(request.get_header(CellMessageHeaderKeys.CLIENT_NAME))
             client_type = request.get_header(CellMessageHeaderKeys.CLIENT_TYPE) or ClientType.REGULAR
+            serial = _presented_serial(request) if action == "registration" else self.registered.get(name)
             assert self.participants is not None
-            refused = self.participants.refusal(str(name), str(client_type))
+            refused = self.participants.refusal(name, str(client_type), serial)
             if refused is None:
+                if action == "registration" and serial:
+                    self.registered[name] = serial
                 return handler(request)
             told, logged = refused
             self.logger.error(f"refused the {action} of {name!r}: {logged}")
@@ -211,3 +250,16 @@ class SiteAdmission(FLComponent):
             return make_reply(CellReturnCode.UNAUTHENTICATED, told, None)
 
         return check
+
+
+def _presented_serial(request: Message) -> str:
+    """The serial of the certificate a registration presents for FLARE's identity check; "" if none or unreadable
+    (FLARE itself then refuses it in secure mode)."""
+    payload = request.payload
+    data = payload.get(IdentityChallengeKey.CERT) if isinstance(payload, dict) else None
+    if not data:
+        return ""
+    try:
+        return certificate_serial(data if isinstance(data, bytes) else str(data).encode())
+    except ValueError:
+        return ""

@@ -16,6 +16,7 @@ _COMMAND_MODULES = (
     "site_agent.site_config",
     "site_agent.preflight",
     "site_agent.start",
+    "site_agent.enrolment",
     "site_agent.service",
     "site_agent.ledger",
     "site_agent.audit",

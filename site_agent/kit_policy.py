@@ -90,7 +90,7 @@ class KitApproval:
 
     project: str
     name: str
-    kind: str  # FLARE's: site, admin or server
+    kind: str  # FLARE's request kind: site, user (an admin) or server
     request_id: str
     certificate_sha256: str
     site: SiteKitPolicy | None

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.decomposers import common_decomposers
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
@@ -45,6 +46,70 @@ def provision_demo_federation(
     return federation
 
 
+
+
+@dataclass(frozen=True)
+class DistributedFederation:
+    """A federation made only by distributed provisioning: the lead's workspace and offline CA, and each
+    participant's own folder (its request, with its private key, and its kit)."""
+
+    federation: Federation
+    lead: Path
+    ca: Path
+    fingerprint: str
+    homes: dict[str, Path]  # participant -> its own folder
+
+    def request_dir(self, name: str) -> Path:
+        return self.homes[name] / "request"
+
+    def server_kit(self) -> Path:
+        return self.federation.kit(self.federation.server)
+
+
+def _ok(code: int, command: list[str]) -> None:
+    assert code == 0, f"{command} exited {code}"
+
+
+def distributed_demo_federation(root: Path, name: str = "dist-federation", sites: list[str] = SITES,
+                                admin: str = ADMIN) -> DistributedFederation:
+    """Built only by the product's commands, as the admin guide walks them: `fl-provision init` and `server-kit`
+    at the lead, `site-agent request` in each participant's own folder, `fl-provision approve`, `site-agent
+    install-kit`; each site then gets its reference linear data and a site config. The admin's role is `lead`
+    (FLARE's distributed provisioning issues no project_admin)."""
+    from provisioning.cli import main as fl_provision
+    from site_agent.cli import main as site_agent
+    from site_agent.kit_policy import fingerprint
+
+    lead, ca = root / "lead", root / "ca-medium"
+    command = ["init", "--workspace", str(lead), "--ca-dir", str(ca), "--name", name, "--sites", ",".join(sites),
+               "--admin", f"{admin}:lead", "--port", str(free_port())]
+    _ok(fl_provision(command), command)
+    root_ca = fingerprint((lead / "rootCA.pem").read_bytes())
+    command = ["server-kit", "--workspace", str(lead), "--ca-dir", str(ca), "--out", str(root / "server")]
+    _ok(fl_provision(command), command)
+    project = yaml.safe_load((lead / "project.yml").read_text())
+    server = next(p["name"] for p in project["participants"] if p["type"] == "server")
+    kit_paths = {server: root / "server" / name / "prod_00" / server}
+    homes = {}
+    for entry in (p for p in project["participants"] if p["type"] in ("client", "admin")):
+        home = homes[entry["name"]] = root / entry["name"]
+        role = ["--role", entry["role"]] if entry["type"] == "admin" else []
+        command = ["request", "--project", name, "--name", entry["name"], "--org", entry["org"], *role,
+                   "--out", str(home / "request")]
+        _ok(site_agent(command), command)
+        command = ["approve", str(home / "request" / f"{entry['name']}.request.zip"), "--workspace", str(lead),
+                   "--ca-dir", str(ca), "--server-kit", str(kit_paths[server])]
+        _ok(fl_provision(command), command)
+        command = ["install-kit", str(lead / "approved" / f"{entry['name']}.approved.zip"), "--request-dir",
+                   str(home / "request"), "--fingerprint", root_ca, "--workspace", str(home / "kits")]
+        _ok(site_agent(command), command)
+        kit_paths[entry["name"]] = home / "kits" / name / "prod_00" / entry["name"]
+    federation = Federation(name, root / "server" / name / "prod_00", server, list(sites), {admin: "lead"},
+                            kit_paths)
+    for index, site in enumerate(sites, start=1):
+        data = write_linear_site(root / "data" / site / "linear", index).parent
+        write_site_config(federation.kit(site), {"linear": str(data)})
+    return DistributedFederation(federation, lead, ca, root_ca, homes)
 
 
 JOB_FILES = ["app/config/config_fed_client.json", "app/config/config_fed_server.json", "meta.json"]
