@@ -237,8 +237,8 @@ def register(subparsers: Any) -> None:
     request.add_argument("--project", required=True, help="the federation's project name (the lead tells you)")
     request.add_argument("--name", required=True, help="the site's name as the lead's project.yml lists it")
     request.add_argument("--org", required=True, help="your organisation, as the lead's project.yml lists it")
-    request.add_argument("--role", choices=REQUESTABLE_ROLES,
-                         help="an admin's FLARE role: makes an admin's request instead of a site's")
+    request.add_argument("--role", help=f"an admin's FLARE role ({', '.join(REQUESTABLE_ROLES)}): makes an admin's "
+                                        "request instead of a site's")
     request.add_argument("--out", help="the request folder (default ./NAME-request); keep it: it holds the key")
     request.set_defaults(func=_request)
     install = subparsers.add_parser(
