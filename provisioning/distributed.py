@@ -329,6 +329,7 @@ def _print_certificates(lead: LeadWorkspace) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """The distributed sub-commands; a refusal exits 1 with its reason on stderr (nothing is written)."""
     parser = argparse.ArgumentParser(prog="fl-provision", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     init_parser = commands.add_parser("init", help="make the root CA (in --ca-dir) and the lead's workspace")
@@ -366,6 +367,7 @@ def _copy_hint(lead: LeadWorkspace, server_kit_dir: Path | None) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    """Run one sub-command and say what the lead does next (the fingerprint to give, the file to return)."""
     if args.command == "init":
         lead = init(args.workspace, args.ca_dir, project_from_options(args), args.accepted_roles.split(","),
                     args.stream_site_logs, not args.flare_job_launcher)

@@ -97,6 +97,7 @@ class Participants:
 
 
 def read_participants(path: Path) -> Participants:
+    """The list at `path`; ParticipantsError naming the file, the field and the fix when it is not one."""
     fix = "run fl-provision again and copy the server kit's local/participants.json from its output"
     try:
         content = json.loads(Path(path).read_text())

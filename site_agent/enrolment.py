@@ -231,6 +231,7 @@ def _install(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
+    """`request` and `install-kit` (the site's own key, the kit from the lead's approval)."""
     request = subparsers.add_parser(
         "request", help="make this site's (or an admin's) private key and a certificate request for the lead",
         description="Make the private key here, owner-only, and a request for the federation lead to sign.")

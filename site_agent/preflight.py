@@ -21,6 +21,7 @@ from site_agent.kit import (
     KitError,
     ServerRefused,
     SiteKit,
+    certificate_organisation,
     exchange_with_server,
     verify_certificate_chain,
 )
@@ -68,7 +69,13 @@ def check_certificate(kit: SiteKit) -> CheckResult:
     detail = (f"{report.subject} issued by {report.issuer}, valid until {report.not_after:%Y-%m-%d} "
               f"({report.days_left} days)")
     if report.days_left < EXPIRY_WARNING_DAYS:
-        return CheckResult("certificate", WARN, detail, "ask the federation lead to re-provision before it expires")
+        org = certificate_organisation(kit.certificate)
+        return CheckResult("certificate", WARN, detail,
+                           f"renew it before it expires: site-agent request --project {report.issuer} --name "
+                           f"{report.subject} --org {org} --out NEW_FOLDER, send the request zip to the federation "
+                           "lead, then site-agent install-kit APPROVED_ZIP --request-dir NEW_FOLDER --fingerprint "
+                           f"ROOT_CA_FINGERPRINT --renew {kit.root} (docs/site-it-guide.md; a kit the lead made "
+                           "with every key: ask the lead for a new one)")
     return CheckResult("certificate", OK, detail)
 
 

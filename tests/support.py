@@ -28,6 +28,8 @@ from site_agent.site_config import write_site_config
 ADMIN = "admin@cc.org"
 SUPER_ADMIN = "super@cc.org"
 SITES = ["site-1", "site-2", "site-3"]
+FEDAVG_REFERENCE = {1: [1.354, -2.023], 3: [1.935, -2.898], 5: [1.995, -2.99]}
+"""The default fedavg-linear job's global weights per round on the demo sites (docs/algorithms.md)."""
 
 
 def provision_demo_federation(

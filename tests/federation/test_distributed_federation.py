@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import ADMIN, SITES, distributed_demo_federation
+from support import ADMIN, FEDAVG_REFERENCE, SITES, distributed_demo_federation
 
 from federation_tools.loopback import LoopbackFederation
 from jobs.admin import follow_job, submit_and_wait
@@ -25,7 +25,6 @@ from site_agent.start import EXIT_REFUSED
 
 pytestmark = pytest.mark.federation
 
-REFERENCE = {1: [1.354, -2.023], 3: [1.935, -2.898], 5: [1.995, -2.99]}  # tests/federation/test_provisioned_...
 
 
 def _connected(loopback: LoopbackFederation) -> set[str]:
@@ -100,7 +99,7 @@ def test_a_distributed_federation_trains_renews_a_site_during_a_job_and_revokes_
         assert outcome.completed, outcome.refusal()
         results = json.loads((outcome.server_app_dir() / "results.json").read_text())
         assert all(sorted(r["sites"]) == SITES for r in results["rounds"])  # site-2 with its renewed certificate
-        for round_number, expected in REFERENCE.items():
+        for round_number, expected in FEDAVG_REFERENCE.items():
             assert _weights(outcome)[round_number] == pytest.approx(expected, abs=5e-4)
 
         loopback.stop_participant(renewed)  # its old kit, whose certificate the renewal replaced

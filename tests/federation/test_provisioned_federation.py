@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import ADMIN, SITES, SUPER_ADMIN, free_port
+from support import ADMIN, FEDAVG_REFERENCE, SITES, SUPER_ADMIN, free_port
 
 from fl_contract.segmentation import INFERENCE_KEYS
 from jobs.admin import submit_and_wait
@@ -24,7 +24,6 @@ from site_agent.site_config import SiteConfig, write_site_config
 
 pytestmark = pytest.mark.federation
 
-REFERENCE = {1: [1.354, -2.023], 3: [1.935, -2.898], 5: [1.995, -2.99]}
 
 
 def _copy_job(job_dir: Path, dest: Path) -> Path:
@@ -43,7 +42,7 @@ def test_fedavg_job_reproduces_reference_weights(fedavg_run, running_federation)
     assert outcome.completed, outcome.refusal()
     results = json.loads((outcome.server_app_dir() / "results.json").read_text())
     weights = {r["round"]: r["global_weights"]["weight"] for r in results["rounds"]}
-    for round_number, expected in REFERENCE.items():
+    for round_number, expected in FEDAVG_REFERENCE.items():
         assert weights[round_number] == pytest.approx(expected, abs=5e-4)
     assert results["status"] == "finished"
     assert ({s: v["num_samples"] for s, v in results["rounds"][0]["sites"].items()}

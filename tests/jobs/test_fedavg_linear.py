@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import JOB_FILES, read_exported_job
+from support import FEDAVG_REFERENCE, JOB_FILES, read_exported_job
 
 from federation_tools.flare_simulator import SITE_NAMES_KEPT
 from federation_tools.simulate import simulate
@@ -20,7 +20,6 @@ from site_agent import __version__
 from site_agent.data.linear_demo import FILE_NAME, write_linear_site
 
 SITES = ["site-1", "site-2", "site-3"]
-REFERENCE = {1: [1.354, -2.023], 3: [1.935, -2.898], 5: [1.995, -2.99]}
 
 
 def _site_data(root: Path) -> dict[str, str]:
@@ -64,7 +63,7 @@ def test_simulator_reproduces_reference_weights(plain_run):
     assert SITE_NAMES_KEPT in run.server_log.read_text()  # the simulator's site threads ran with the race closed
     results = _results(run)
     weights = {r["round"]: r["global_weights"]["weight"] for r in results["rounds"]}
-    for round_number, expected in REFERENCE.items():
+    for round_number, expected in FEDAVG_REFERENCE.items():
         assert weights[round_number] == pytest.approx(expected, abs=5e-4)
     state = torch.load(run.server_app_dir / "global_model.pt", weights_only=True)
     np.testing.assert_allclose(state["weight"].numpy().ravel(), weights[5])
@@ -110,7 +109,7 @@ def test_masked_rounds_give_the_plain_run_within_the_quantum_with_fresh_keys_eve
         assert all("num_samples" not in site for site in ours["sites"].values())  # no site's count in the clear
         assert set(ours["outcomes"].values()) == {"masked update summed"}
     weights = {r["round"]: r["global_weights"]["weight"] for r in masked["rounds"]}
-    for round_number, expected in REFERENCE.items():
+    for round_number, expected in FEDAVG_REFERENCE.items():
         assert weights[round_number] == pytest.approx(expected, abs=5e-4)
     for site in SITES:
         audit = run.workspace / site / "local" / "audit_log.jsonl"

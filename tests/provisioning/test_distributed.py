@@ -10,6 +10,8 @@ import io
 import json
 import shutil
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,9 @@ from provisioning.cli import main as fl_provision
 from server_app.admission import PARTICIPANTS_FILE, Participants, read_participants
 from site_agent.cli import main as site_agent
 from site_agent.enrolment import EXIT_REFUSED
+from site_agent.kit import SiteKit
 from site_agent.kit_policy import fingerprint
+from site_agent.preflight import WARN, check_certificate
 
 
 @pytest.fixture(scope="module")
@@ -118,17 +122,37 @@ def test_a_project_admin_request_and_a_foreign_ca_are_refused(built, tmp_path, c
     assert "no rootCA.key; mount the medium" in capsys.readouterr().err
 
 
-@pytest.fixture()
-def site_1_approval(built, tmp_path):
+@contextmanager
+def _approved_again(built, out: Path, *approve_options: str) -> Iterator[tuple[Path, Path]]:
     """A fresh request of site-1 (in its own folder) and the lead's approval of it, copied out of the workspace;
     the workspace's record is put back afterwards, so the module's federation keeps its pins."""
     saved = {name: (built.lead / name).read_bytes() for name in ("certificates.json", PARTICIPANTS_FILE)}
-    request = tmp_path / "site-1-request"
-    assert _approve(built, _request(request, built.federation.project, "site-1", "site_1")) == 0
-    approved = shutil.copy(built.lead / "approved" / "site-1.approved.zip", tmp_path / "site-1.approved.zip")
-    yield Path(approved), request
-    for name, data in saved.items():
-        (built.lead / name).write_bytes(data)
+    request = out / "site-1-request"
+    request_zip = _request(request, built.federation.project, "site-1", "site_1")
+    assert fl_provision(["approve", str(request_zip), "--workspace", str(built.lead), "--ca-dir", str(built.ca),
+                         *approve_options]) == 0
+    approved = shutil.copy(built.lead / "approved" / "site-1.approved.zip", out / "site-1.approved.zip")
+    try:
+        yield Path(approved), request
+    finally:
+        for name, data in saved.items():
+            (built.lead / name).write_bytes(data)
+
+
+@pytest.fixture()
+def site_1_approval(built, tmp_path):
+    with _approved_again(built, tmp_path) as approval:
+        yield approval
+
+
+def test_a_certificate_near_its_end_is_warned_with_the_renewal_commands(built, tmp_path):
+    with _approved_again(built, tmp_path, "--valid-days", "10") as (approved, request):
+        assert _install(approved, request, built.fingerprint, tmp_path / "kits") == 0
+    kit = SiteKit.open(next((tmp_path / "kits").rglob("fed_client.json")).parent.parent)
+    result = check_certificate(kit)
+    assert result.status == WARN and ("(9 days)" in result.detail or "(10 days)" in result.detail)
+    assert (f"site-agent request --project {built.federation.project} --name site-1 --org site_1 --out NEW_FOLDER"
+            in result.fix and f"--renew {kit.root}" in result.fix)
 
 
 def _install(approved: Path, request: Path, fingerprint: str, workspace: Path) -> int:
