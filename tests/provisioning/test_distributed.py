@@ -99,6 +99,12 @@ def test_a_request_the_project_does_not_list_is_refused_by_name(built, tmp_path,
         (_request(tmp_path / "d", project, ADMIN, "coordinating_centre", "--role", "member"),
          f"admin '{ADMIN}' asks for role 'member', the project gives it 'lead'"),
     ]
+    tampered = tmp_path / "tampered.request.zip"  # another org's request, edited to the org the project lists
+    with zipfile.ZipFile(cases[2][0]) as source, zipfile.ZipFile(tampered, "w") as target:
+        for name in source.namelist():
+            data = source.read(name)
+            target.writestr(name, data.replace(b"someone_else", b"site_1") if name == "request.json" else data)
+    cases.append((tampered, "site.yaml field 'org' does not match request metadata"))
     before = (built.lead / "certificates.json").read_bytes()
     for request_zip, message in cases:
         capsys.readouterr()
