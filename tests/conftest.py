@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import ADMIN, provision_demo_federation
+from support import ADMIN, provision_demo_federation, require
 
 from federation_tools.loopback import LoopbackFederation
 from jobs.admin import JobOutcome, follow_job, submit_and_wait
@@ -36,6 +36,12 @@ def pytest_configure(config: pytest.Config) -> None:
     and torch's default (every core in every process) made them wait on each other's threads (an in-process 3-round
     PLayer-FL job of 4 sites: 96 s with 2 threads, 12 s with 1)."""
     torch.set_num_threads(int(os.environ.setdefault("OMP_NUM_THREADS", "1")))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """`@pytest.mark.needs(missing, what)`: skipped with the reason here, failed under CI=true (support.require)."""
+    for marker in item.iter_markers("needs"):
+        require(*marker.args)
 
 
 def _unit(nodeid: str) -> str:

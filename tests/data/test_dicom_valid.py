@@ -19,8 +19,8 @@ from site_agent.data.dicom_seg import write_dicom_seg
 from site_agent.data.synthetic_brats import write_brats_site
 
 DCIODVFY = shutil.which("dciodvfy")
-pytestmark = pytest.mark.skipif(DCIODVFY is None, reason="dciodvfy is not installed (Debian package dicom3tools: "
-                                "`apt-get install -y dicom3tools`, which .ci/run does where apt is available)")
+pytestmark = pytest.mark.needs(None if DCIODVFY else "dciodvfy is not installed (Debian package dicom3tools: "
+                               "`apt-get install -y dicom3tools`, which .ci/run does)", "DICOM validation")
 
 
 def _errors(path: Path) -> list[str]:

@@ -31,7 +31,7 @@ def test_the_link_row_measures_the_loopback_link_after_mutual_tls(running_federa
     assert "a brats-segmentation round moves 38 MB" in row.detail and "a playerfl round moves 14 MB" in row.detail
 
 
-@pytest.mark.skipif(bool(reason := namespaces_unavailable()), reason=f"no emulated WAN link here: {reason}")
+@pytest.mark.needs(namespaces_unavailable(), "an emulated WAN link")
 def test_a_site_behind_a_1_mbit_link_is_warned_with_the_segmentation_round_time(running_federation):
     kit = SiteKit.open(running_federation.federation.kit(SITE))
     with EmulatedLink(mbit=1.0, relay_ports=(kit.server_port,)) as link:

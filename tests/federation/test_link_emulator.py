@@ -19,19 +19,19 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
+from support import require
 
 from federation_tools import wan
 from federation_tools.link_emulator import Conditions
 from federation_tools.wan import EmulatedLink, WanUnavailable, namespaces_unavailable
 
 NO_LINK = namespaces_unavailable("emulator")
-needs_link = pytest.mark.skipif(bool(NO_LINK), reason=f"no emulator link here: {NO_LINK}")
+needs_link = pytest.mark.needs(NO_LINK, "an emulator link")
 
 
 @pytest.fixture(scope="module")
 def link() -> Iterator[EmulatedLink]:
-    if NO_LINK:
-        pytest.skip(f"no emulator link here: {NO_LINK}")
+    require(NO_LINK, "an emulator link")
     with EmulatedLink(kind="emulator") as made:
         yield made
 

@@ -15,9 +15,7 @@ from federation_tools.wan import EmulatedLink, namespaces_unavailable
 from server_app.transfers import TRANSFERS_FILE
 from site_agent.kit import SiteKit
 
-pytestmark = [pytest.mark.federation,
-              pytest.mark.skipif(bool(reason := namespaces_unavailable()),
-                                 reason=f"no emulated WAN link here: {reason}")]
+pytestmark = [pytest.mark.federation, pytest.mark.needs(namespaces_unavailable("emulator"), "an emulated WAN link")]
 
 SLOW = "site-3"
 ROUNDS = 3

@@ -75,7 +75,8 @@ def test_unit_runs_as_the_kit_owner_with_this_environment_by_default(federation)
     assert f"ExecStart={BIN / 'site-agent'} start --kit {kit} --timeout 30" in unit
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
+@pytest.mark.needs(None if shutil.which("systemd-analyze") else "systemd-analyze is not installed (Debian: systemd)",
+                   "checking the unit with systemd")
 @pytest.mark.parametrize("participant", ["site-1", "server"])
 def test_systemd_accepts_the_unit(federation, tmp_path, participant):
     kit = federation.kit(federation.server if participant == "server" else participant)
