@@ -187,10 +187,11 @@ class LoopbackFederation:
         return len(workers)
 
     @contextmanager
-    def link_down(self, *names: str) -> Iterator[None]:
-        """The sites' links to the server down for the duration, as a network outage would take them: each site's
-        client and job processes frozen (SIGSTOP), so nothing is sent or answered, then resumed (SIGCONT) with the
-        state they had. Unlike a kill, the site's running job goes on afterwards."""
+    def frozen(self, *names: str) -> Iterator[None]:
+        """The sites frozen for the duration: each site's client and job processes stopped (SIGSTOP), so nothing is
+        sent or answered, then resumed (SIGCONT) with the state they had. Their TCP connections stay up and no
+        reconnect path runs, so this is a hung site, not a network outage (federation_tools.wan's links are).
+        Unlike a kill, the site's running job goes on afterwards."""
         frozen = [process for name in names for process in self._process_tree(name)]
         for process in frozen:
             process.suspend()

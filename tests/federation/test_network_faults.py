@@ -1,0 +1,154 @@
+"""Real network faults on FLARE's real traffic: every site of a provisioned loopback federation in its own network
+namespace behind the userspace link emulator (federation_tools.wan, kind `emulator`), the server in the root
+namespace. Nothing is frozen or killed: packets are delayed, dropped, rate-limited or black-holed, TCP and FLARE's
+reconnects do the rest.
+
+- 200 ms each way and 2% loss both ways on every link: a job completes with every site in every round;
+- a site at 2 Mbit/s with a 5.6 MB segmentation model takes part, and its transfer took at least 0.8 x bytes / rate
+  (the link was applied: on loopback it takes milliseconds);
+- one site's link black-holed for longer than the server's heartbeat timeout: the job completes without it and
+  names it in the rounds it missed;
+- every link black-holed for 40 s (as when the server's own network goes): the job completes, every site in every
+  round.
+
+The frozen-process variants (SIGSTOP, TCP connections kept) are tests/federation/test_faults.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pytest
+from support import ADMIN, SITES, provision_demo_federation, submit, wait_for_rounds
+
+from federation_tools.job_cli import main as fl_job
+from federation_tools.loopback import LoopbackFederation
+from federation_tools.wan import EmulatedLink, namespaces_unavailable
+from jobs.admin import follow_job
+from jobs.common import build_job, export
+from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
+from provisioning.policy import SERVER_HEARTBEAT_TIMEOUT_S
+from server_app.transfers import TRANSFERS_FILE
+from site_agent.kit import SiteKit
+
+pytestmark = [pytest.mark.federation, pytest.mark.needs(namespaces_unavailable("emulator"), "emulated WAN links")]
+
+SLOW = "site-3"
+RATE_MBIT = 2.0
+SEGMENTATION_5MB = ["--roi-size", "32", "32", "32", "--init-filters", "8", "--blocks-down", "1", "2", "2", "5",
+                    "--blocks-up", "1", "1", "1", "--dropout-prob", "0", "--learning-rate", "0.01",
+                    "--val-fraction", "0.2", "--test-fraction", "0.2"]
+"""A SegResNet of 1.40 M parameters (5.6 MB in float32) on the CPU demo's 32^3 cases: 22 s each way at 2 Mbit/s."""
+
+
+@pytest.fixture(scope="module")
+def wan(tmp_path_factory) -> Iterator[tuple[LoopbackFederation, dict[str, EmulatedLink]]]:
+    federation = provision_demo_federation(tmp_path_factory.mktemp("wan"))
+    loopback = LoopbackFederation(federation)
+    port = SiteKit.open(federation.kit(SITES[0])).server_port
+    with ExitStack() as links_stack:
+        links = {site: links_stack.enter_context(EmulatedLink(kind="emulator", relay_ports=(port,)))
+                 for site in SITES}
+        try:
+            loopback.start_server()
+            for site in SITES:
+                loopback.start_site(site, prefix=tuple(links[site].command()))
+            loopback.wait_for_sites(ADMIN, SITES, timeout=120)
+            yield loopback, links
+        finally:
+            loopback.stop(ADMIN)  # every process, by PID, before the links go
+
+
+def _run(loopback: LoopbackFederation, params: FedAvgLinearParams, tmp_path, during=None) -> dict:
+    """Submit a fedavg-linear job, call `during(job_id)` while it runs, and return its results.json."""
+    session = loopback.session(ADMIN)
+    try:
+        job_id = submit(session, export(build_job(KIND, params), tmp_path))
+        if during is not None:
+            during(job_id)
+        outcome = follow_job(session, job_id, timeout=420, progress=None)
+    finally:
+        session.close()
+    assert outcome.completed, outcome.refusal()
+    results = outcome.results()
+    assert results["status"] == "finished", results.get("error")
+    return results
+
+
+def test_200_ms_and_2_percent_loss_on_every_link_leave_every_round_complete(wan, tmp_path):
+    loopback, links = wan
+    for link in links.values():
+        link.set_conditions(delay_ms=200.0, loss_to_site=0.02, loss_from_site=0.02)
+    try:
+        results = _run(loopback, FedAvgLinearParams(num_rounds=2), tmp_path)
+        dropped = {site: sum(c.dropped_loss for c in link.counters().values()) for site, link in links.items()}
+    finally:
+        for link in links.values():
+            link.set_conditions(delay_ms=0.0, loss_to_site=0.0, loss_from_site=0.0)
+    assert [sorted(r["sites"]) for r in results["rounds"]] == [SITES] * 2
+    assert all(count > 0 for count in dropped.values()), dropped  # the loss was applied on every link
+
+
+def test_a_site_at_2_mbit_with_a_5_mb_model_takes_part_and_its_transfer_took_the_links_time(wan, capsys):
+    loopback, links = wan
+    links[SLOW].set_conditions(mbit=RATE_MBIT)
+    try:
+        code = fl_job(["submit", "brats-segmentation", "--admin-kit", str(loopback.federation.kit(ADMIN)),
+                       "--num-rounds", "1", *SEGMENTATION_5MB, "--timeout", "420"])
+    finally:
+        links[SLOW].set_conditions(mbit=0.0)
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    [result_dir] = [line.split(": ", 1)[1] for line in printed.splitlines() if line.startswith("results of job ")]
+    app = f"{result_dir}/workspace/app_server"
+    with open(f"{app}/results.json") as handle:
+        results = json.load(handle)
+    with open(f"{app}/{TRANSFERS_FILE}") as handle:
+        transfers = json.load(handle)
+    assert sorted(results["rounds"][0]["sites"]) == SITES and transfers["failing_sites"] == {}
+    for site in SITES:  # every link accounted, in the download and in what `fl-job submit` printed
+        [row] = [row for row in transfers["rounds"]["1"][site] if row["task"] == "train"]
+        assert row["fetches"] == 1 and row["site_seconds"] > 0 and row["bytes_to_site"] > 5_000_000, row
+        sent = sum(r["bytes_to_site"] for rows in transfers["rounds"].values() for r in rows.get(site, []))
+        assert f"link {site}: {sent / 1e6:.1f} MB to the site" in printed, printed
+    [train] = [row for row in transfers["rounds"]["1"][SLOW] if row["task"] == "train"]
+    moved = train["bytes_to_site"] + train["bytes_from_site"]
+    assert moved >= 2 * 5_000_000, train
+    assert train["seconds"] >= 0.8 * moved * 8 / (RATE_MBIT * 1e6), train  # at least the link's own time
+    fast = [row for site in SITES[:2] for row in transfers["rounds"]["1"][site] if row["task"] == "train"]
+    assert all(row["seconds"] < train["seconds"] / 4 for row in fast), (fast, train)
+
+
+def test_a_site_black_holed_past_the_heartbeat_timeout_is_named_and_the_job_completes(wan, tmp_path):
+    loopback, links = wan
+    outage_s = SERVER_HEARTBEAT_TIMEOUT_S + 15
+
+    def black_hole(job_id: str) -> None:
+        wait_for_rounds(loopback.federation, job_id, 2, timeout=180)
+        with links[SLOW].down():
+            time.sleep(outage_s)
+
+    results = _run(loopback, FedAvgLinearParams(num_rounds=10, min_clients=2), tmp_path, black_hole)
+    missed = [r for r in results["rounds"] if SLOW not in r["sites"]]
+    assert [r["round"] for r in results["rounds"]] == list(range(1, 11))
+    assert missed and all(set(r["sites"]) == set(SITES[:2]) for r in missed), results["rounds"]
+    assert all(SLOW in r["outcomes"] and r["outcomes"][SLOW] != "update accepted" for r in missed)
+    loopback.wait_for_sites(ADMIN, SITES, timeout=120)  # back on its own once the link is
+
+
+def test_every_link_black_holed_for_40_s_leaves_every_site_in_every_round(wan, tmp_path):
+    loopback, links = wan
+
+    def outage(job_id: str) -> None:
+        wait_for_rounds(loopback.federation, job_id, 2, timeout=180)
+        with ExitStack() as down:
+            for link in links.values():
+                down.enter_context(link.down())
+            time.sleep(40)
+
+    results = _run(loopback, FedAvgLinearParams(num_rounds=5), tmp_path, outage)
+    assert [r["round"] for r in results["rounds"]] == list(range(1, 6))
+    assert all(sorted(r["sites"]) == SITES for r in results["rounds"]), results["rounds"]
