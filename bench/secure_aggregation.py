@@ -18,6 +18,10 @@ site), `threshold` (shares that rebuild a secret), `site_share_s` and `site_mask
 baseline ran `baseline_*` and `unmask_speedup`. `keystream_gbps_one_thread` is this machine's ChaCha20 rate on one
 thread measured just before the unmasking, and `keystreams_alone_s` the time the server's keystreams alone would take
 at that rate: the floor the unmasking approaches, and a way to compare runs under different load.
+`relay_bytes_per_site_all` is what each site was sent of the masked task's ciphertexts while the server relayed
+every one to every site, `relay_bytes_per_site_addressed` (median over the sites) what it is sent now that the
+server's task-data filter keeps only those addressed to it (server_app.privacy.addressed_ciphertexts); neither
+depends on `--length`.
 """
 
 from __future__ import annotations
@@ -88,9 +92,12 @@ def run(site_module: types.ModuleType, server_module: types.ModuleType, num_site
     for name, site in sites.items():
         sent[name], share_s[name] = _timed(lambda site=site: site.share(server.keys, server.threshold))
     inbox: dict[str, dict[str, bytes]] = {name: {} for name in names}
-    for pair, ciphertext in server.relay(sent).items():
+    relayed = server.relay(sent)
+    for pair, ciphertext in relayed.items():
         sender, recipient = pair.split("/")
         inbox[recipient][sender] = ciphertext
+    relay_all = sum(len(c) for c in relayed.values())  # what every site got when the server relayed all to all
+    relay_own = statistics.median(sum(len(c) for c in own.values()) for own in inbox.values())  # what it gets now
     dropped = set(rng.choice(names, round(lost * num_sites), replace=False).tolist())
     masked, mask_s = {}, {}
     plain = np.zeros(length, dtype=RING_DTYPE)
@@ -118,7 +125,8 @@ def run(site_module: types.ModuleType, server_module: types.ModuleType, num_site
             "site_max_s": round(max(share_s[n] + mask_s[n] for n in mask_s), 4),
             "server_unmask_s": round(unmask_s, 3),
             "keystreams": len(masked) + pairwise, "keystream_gbps_one_thread": round(rate, 3),
-            "keystreams_alone_s": round((len(masked) + pairwise) * 8 * length / rate / 1e9, 3), "exact": True}
+            "keystreams_alone_s": round((len(masked) + pairwise) * 8 * length / rate / 1e9, 3),
+            "relay_bytes_per_site_all": relay_all, "relay_bytes_per_site_addressed": int(relay_own), "exact": True}
 
 
 def main() -> None:

@@ -8,13 +8,17 @@ from pathlib import Path
 from typing import Any, cast
 
 from nvflare.job_config.api import FedJob
+from nvflare.job_config.defs import FilterType
 
+from fl_contract.fedkt_csd.protocol import TASK_STATISTICS
 from fl_contract.job_meta import RESUMABLE_KEY
 from fl_contract.job_privacy import SitePrivacy, release_of
+from fl_contract.masked_weights import TASK_MASKED
 from fl_contract.params import FederationParams, JobParams
 from fl_contract.version import AGENT_VERSION, AGENT_VERSION_KEY
 from jobs.registry import server_allow_list, site_allow_list
 from jobs.spec import JobKind
+from server_app.privacy.addressed_ciphertexts import AddressedCiphertexts
 from server_app.transfers import METER_ID, TransferMeter
 from site_agent.transfers import TaskClock
 
@@ -65,6 +69,8 @@ def build_job(kind: JobKind[Any], params: JobParams | None = None) -> FedJob:
     for extra in extras.site:
         job.to_clients(extra.instantiate(), id=extra.id)
     job.to_server(TransferMeter(), id=METER_ID)  # bytes and transfer time per site and round
+    job.to_server(AddressedCiphertexts(), id="addressed_ciphertexts", filter_type=FilterType.TASK_DATA,
+                  tasks=[TASK_MASKED, TASK_STATISTICS])  # each site gets only its own secure-aggregation ciphertexts
     job.to_clients(TaskClock(), id="task_clock")
     return job
 

@@ -64,6 +64,7 @@ JOB_LOG_STREAMER = "nvflare.app_common.logging.job_log_streamer.JobLogStreamer"
 JOB_LOG_RECEIVER = "nvflare.app_common.logging.job_log_receiver.JobLogReceiver"
 # ... and we add these to every job: per site and round, bytes and transfer time (server_app.transfers).
 TRANSFER_METER = "server_app.transfers.TransferMeter"
+ADDRESSED_CIPHERTEXTS = "server_app.privacy.addressed_ciphertexts.AddressedCiphertexts"
 TASK_CLOCK = "site_agent.transfers.TaskClock"
 
 
@@ -84,6 +85,6 @@ def site_allow_list() -> list[str]:
 
 
 def server_allow_list() -> list[str]:
-    """Exact classes a job may instantiate on the server: every registered job kind's, FLARE's log receiver and the
-    transfer meter every job carries."""
-    return sorted({*server_classes(), JOB_LOG_RECEIVER, TRANSFER_METER})
+    """Exact classes a job may instantiate on the server: every registered job kind's, FLARE's log receiver, and the
+    transfer meter and ciphertext filter every job carries."""
+    return sorted({*server_classes(), JOB_LOG_RECEIVER, TRANSFER_METER, ADDRESSED_CIPHERTEXTS})

@@ -2,7 +2,8 @@
 
 A FLARE component of the server's job, fed by FLARE's own events, so it needs nothing from the workflows:
 
-- `BEFORE_TASK_DATA_FILTER` (the site fetched a task): the time, the task's round and the bytes of its arrays;
+- `AFTER_TASK_DATA_FILTER` (the site fetched a task): the time, the task's round and the bytes of its arrays as
+  they leave, after the job's filters (the secure-aggregation relay keeps only the site's own ciphertexts);
 - `BEFORE_TASK_RESULT_FILTER` (the site's answer is in, its arrays downloaded by the server): the time and the
   bytes of the answer's arrays, and the seconds the site spent on the task, which the site's `TaskClock`
   (site_agent.transfers) puts in the answer's header.
@@ -128,7 +129,7 @@ class TransferMeter(FLComponent):
             logging.getLogger(STREAM_LOGGER).addHandler(self.listener)
         elif event_type == EventType.END_RUN:
             logging.getLogger(STREAM_LOGGER).removeHandler(self.listener)
-        elif event_type == EventType.BEFORE_TASK_DATA_FILTER:
+        elif event_type == EventType.AFTER_TASK_DATA_FILTER:
             self.fetched(_peer(fl_ctx), fl_ctx.get_prop(FLContextKey.TASK_NAME, ""),
                          fl_ctx.get_prop(FLContextKey.TASK_ID, ""), fl_ctx.get_prop(FLContextKey.TASK_DATA))
             self.out_dir = self.out_dir or _app_dir(fl_ctx)

@@ -16,6 +16,7 @@ from fl_contract.masked_weights import QUANTUM
 from fl_contract.params import params_to_json
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
+from server_app.transfers import read_transfers
 from site_agent import __version__
 from site_agent.data.linear_demo import FILE_NAME, write_linear_site
 
@@ -26,6 +27,9 @@ def _site_data(root: Path) -> dict[str, str]:
     for index, site in enumerate(SITES, start=1):
         write_linear_site(root / site / "linear", index)
     return {"linear": str(root / "{site_name}" / "linear")}
+
+
+CIPHERTEXT_BYTES = 12 + 2 * 32 + 16  # AES-GCM nonce, a site's two Shamir shares, tag (fl_contract.secure_aggregation)
 
 
 def _results(run) -> dict:
@@ -111,6 +115,11 @@ def test_masked_rounds_give_the_plain_run_within_the_quantum_with_fresh_keys_eve
     weights = {r["round"]: r["global_weights"]["weight"] for r in masked["rounds"]}
     for round_number, expected in FEDAVG_REFERENCE.items():
         assert weights[round_number] == pytest.approx(expected, abs=5e-4)
+    transfers = read_transfers(run.server_app_dir)
+    for round_number in range(1, params.num_rounds + 1):
+        for site in SITES:  # only the two ciphertexts addressed to it (of 3 x 2 relayed), 92 bytes each
+            [relay] = [r for r in transfers["rounds"][str(round_number)][site] if r["task"] == "masked_update"]
+            assert relay["bytes_to_site"] == (len(SITES) - 1) * CIPHERTEXT_BYTES, relay
     for site in SITES:
         audit = run.workspace / site / "local" / "audit_log.jsonl"
         sent = [json.loads(line) for line in audit.read_text().splitlines()]
