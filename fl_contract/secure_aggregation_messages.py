@@ -8,7 +8,8 @@ FedKT-CSD masks its statistics once (`fl_contract.fedkt_csd.protocol`), the weig
     shares      server -> site: {site name: (64,) uint8 mask key + share key} for the key exchange, with
                 "certificate/<site>" and "signature/<site>" of signing sites; meta session, threshold
                 site -> server: {peer name: (92,) uint8}, its encrypted Shamir shares for each peer
-    masked      server -> site: {"sender/recipient": (92,) uint8} every sharing site's ciphertexts; meta sites
+    masked      server -> site: {"sender/recipient": (92,) uint8} the ciphertexts addressed to the site (the
+                server's task-data filter drops the rest of the relay); meta sites
                 site -> server: {"masked": (L,) uint64}, its vector plus self and pairwise masks
     unmask      server -> site: meta survivors and dropped (the sites that shared but sent no masked vector)
                 site -> server: {"self_seed/<survivor>": (32,) uint8, "mask_key/<dropped>": (32,) uint8}

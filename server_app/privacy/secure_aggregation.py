@@ -83,11 +83,11 @@ class SecureAggregation:
 
     def relay(self, sent: Mapping[str, Mapping[str, bytes]]) -> dict[str, bytes]:
         """The sharing sites' ciphertexts for their sharing neighbours (every other site with the complete graph)
-        as `sender/recipient` -> bytes, every one sent to every sharing site.
+        as `sender/recipient` -> bytes; the masked task carries them all, and the server's task-data filter sends
+        each site only its own (server_app.privacy.addressed_ciphertexts).
 
         Each ciphertext is encrypted to its recipient and authenticated with both names, so relaying all to all
-        reveals nothing and lets each site pick its own (n k of 92 bytes with the sparse graph; a workflow may send
-        each site only those addressed to it).
+        would reveal nothing, but costs each site n k of 92 bytes instead of k.
         """
         self.sharing = self._quorum(sent, self.key_exchange, "shared their keys")
         graph = self._graph()

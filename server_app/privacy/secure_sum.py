@@ -2,7 +2,8 @@
 
 FedKT-CSD collects the keys with a task of their own; the weight kinds with each round's training task (the site
 trains, then makes its keys). Either way `SecureAggregation.start` has the keys; this sends the shares task to the
-key exchange, the masked task (with every sharing site's ciphertexts) to the sites that shared, and the unmask task
+key exchange, the masked task (with the relayed ciphertexts, of which each site is sent its own:
+server_app.privacy.addressed_ciphertexts) to the sites that shared, and the unmask task
 to the sites that sent a masked vector, and returns their sum. Each task goes only to the sites that answered the
 one before, so a site lost on the way is dropped, and its masks removed, by the next step. Messages:
 `fl_contract.secure_aggregation_messages`.
