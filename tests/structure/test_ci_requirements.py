@@ -1,5 +1,5 @@
 """A test that needs a tool this machine lacks skips with the reason, except under CI=true, where it fails: a CI run
-must not pass by skipping the network and DICOM-validation tests (tests/support.require, the `needs` marker)."""
+must not pass by skipping the network and DICOM-validation tests (`require` in tests/support.py, the `needs` marker)."""
 
 from __future__ import annotations
 
