@@ -4,9 +4,10 @@ A FLARE component of the server's job, fed by FLARE's own events, so it needs no
 
 - `AFTER_TASK_DATA_FILTER` (the site fetched a task): the time, the task's round and the bytes of its arrays as
   they leave, after the job's filters (the secure-aggregation relay keeps only the site's own ciphertexts);
-- `BEFORE_TASK_RESULT_FILTER` (the site's answer is in, its arrays downloaded by the server): the time and the
-  bytes of the answer's arrays, and the seconds the site spent on the task, which the site's `TaskClock`
-  (site_agent.transfers) puts in the answer's header.
+- `BEFORE_TASK_RESULT_FILTER` (the site's answer is in, its arrays downloaded by the server): the time, the
+  bytes of the answer's arrays, what it carried (each array's dtype and shape, its meta's keys; no value), and the
+  seconds the site spent on the task, which the site's `TaskClock` (site_agent.transfers) puts in the answer's
+  header.
 
 The transfer time is the server's time from fetch to answer less the site's own time on the task: the model's
 download to the site plus the answer's upload to the server (and FLARE's message overhead), no clock shared between
@@ -52,6 +53,18 @@ STREAM_LOGGER = "nvflare.fuel.f3.streaming.byte_streamer"
 _STREAM_FAILED = re.compile(r"Tx\[SID:\S+ to ([^.\s\]]+)\S* for \S+\] seq \d+ retry failed after ([\d.]+) seconds")
 
 
+def carried(shareable: Shareable) -> dict[str, Any]:
+    """What an answer carried, never a value: each array's dtype and shape by name, and its meta's keys (the evidence
+    that a masked run's answers hold no model parameter and no sample count in the clear; docs/wire.md)."""
+    try:
+        dxo = from_shareable(shareable)
+    except (ValueError, TypeError, KeyError):
+        return {"arrays": {}, "meta": []}
+    arrays = {name: f"{value.dtype}{list(value.shape)}" for name, value in (dxo.data or {}).items()
+              if isinstance(value, np.ndarray)}
+    return {"arrays": arrays, "meta": sorted(str(key) for key in (dxo.meta or {}))}
+
+
 def array_bytes(shareable: Shareable | None) -> int:
     """Bytes of the arrays a task or an answer carries (what FLARE's download moves; headers are a few KB)."""
     if shareable is None:
@@ -79,6 +92,7 @@ class Transfer:
     bytes_from_site: int = 0
     seconds: float | None = None  # None until the answer is in
     site_seconds: float | None = None
+    answer: dict[str, Any] | None = None  # what the answer carried: its arrays' dtypes and shapes, its meta's keys
     fetched_at: list[float] = field(default_factory=list)
 
     def row(self) -> dict[str, Any]:
@@ -162,6 +176,7 @@ class TransferMeter(FLComponent):
         site_seconds = result.get_header(SITE_TASK_SECONDS)
         elapsed = now - transfer.fetched_at[-1]
         transfer.bytes_from_site = array_bytes(result)
+        transfer.answer = carried(result)
         transfer.site_seconds = None if site_seconds is None else round(float(site_seconds), 3)
         transfer.seconds = round(max(0.0, elapsed - (transfer.site_seconds or 0.0)), 3)
 

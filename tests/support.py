@@ -128,6 +128,25 @@ def distributed_demo_federation(root: Path, name: str = "dist-federation", sites
     return DistributedFederation(federation, lead, ca, root_ca, homes)
 
 
+COUNT_KEYS = ("NUM_STEPS_CURRENT_ROUND", "num_samples", "num_train", "num_cases", "n_cases")
+"""Meta keys that would carry a site's sample count (FLARE's and ours)."""
+
+
+def in_the_clear(transfers: dict[str, Any]) -> list[str]:
+    """Every answer the server received (transfers.json's `answer` of each row) that carries a float array (a model
+    parameter) or a sample count in the clear, as 'round R SITE TASK: what'; [] when none does."""
+    found = []
+    for round_number, sites in transfers.get("rounds", {}).items():
+        for site, rows in sites.items():
+            for row in rows:
+                answer = row.get("answer") or {}
+                floats = [name for name, kind in answer.get("arrays", {}).items() if kind.startswith("float")]
+                counts = [key for key in answer.get("meta", []) if key in COUNT_KEYS]
+                if floats or counts:
+                    found.append(f"round {round_number} {site} {row['task']}: {floats[:3]} {counts}")
+    return found
+
+
 JOB_FILES = ["app/config/config_fed_client.json", "app/config/config_fed_server.json", "meta.json"]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import ADMIN, abort_running, submit, wait_for_rounds, wait_for_server_log
+from support import ADMIN, abort_running, in_the_clear, submit, wait_for_rounds, wait_for_server_log
 
 from federation_tools.loopback import LoopbackFederation, free_port
 from fl_contract.classes import PLAYERFL_CLASSES
@@ -31,6 +31,7 @@ from provisioning.provision import Federation, customise, load_template, provisi
 from server_app.fedkt_release import release_class_gaussians
 from server_app.privacy.dp_calibration import calibrate_noise
 from server_app.server_config import write_server_config
+from server_app.transfers import read_transfers
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.site_data import statistics_vector
@@ -183,6 +184,9 @@ def test_a_masked_segmentation_job_survives_a_dead_site_a_server_restart_and_an_
     assert sessions[0].startswith(f"{job_id}/round-1/") and sessions[1].startswith(f"{resumed.job_id}/round-2/")
     assert aborted.status == "FINISHED:ABORTED" and aborted.results()["status"] == "aborted"
     assert plain.completed, plain.refusal()
+    assert in_the_clear(read_transfers(resumed.server_app_dir())) == []  # no parameter or count in the clear
+    assert all("num_samples" not in site for r in rounds for site in r["sites"].values())
+    assert in_the_clear(read_transfers(plain.server_app_dir()))  # the plain run's answers do carry them
     ours = torch.load(resumed.server_app_dir() / "global_model.pt", weights_only=True)
     theirs = torch.load(plain.server_app_dir() / "global_model.pt", weights_only=True)
     for name, value in theirs.items():

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import FEDAVG_REFERENCE, JOB_FILES, read_exported_job
+from support import FEDAVG_REFERENCE, JOB_FILES, in_the_clear, read_exported_job
 
 from federation_tools.flare_simulator import SITE_NAMES_KEPT
 from federation_tools.simulate import simulate
@@ -116,6 +116,9 @@ def test_masked_rounds_give_the_plain_run_within_the_quantum_with_fresh_keys_eve
     for round_number, expected in FEDAVG_REFERENCE.items():
         assert weights[round_number] == pytest.approx(expected, abs=5e-4)
     transfers = read_transfers(run.server_app_dir)
+    assert in_the_clear(transfers) == []  # what the server received: no parameter, no count in the clear
+    assert any("['weight'" in found and "NUM_STEPS_CURRENT_ROUND" in found
+               for found in in_the_clear(read_transfers(plain_run.server_app_dir)))  # as the plain run sends them
     for round_number in range(1, params.num_rounds + 1):
         for site in SITES:  # only the two ciphertexts addressed to it (of 3 x 2 relayed), 92 bytes each
             [relay] = [r for r in transfers["rounds"][str(round_number)][site] if r["task"] == "masked_update"]
