@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from provisioning.policy import site_kit_policy
-from provisioning.provision import add_project_options, project_from_options, write_server_policy
+from provisioning.provision import add_project_options, project_from_options, scheme_of, write_server_policy
 from server_app.admission import PARTICIPANTS_FILE, Participants, certificate_serial, write_participants
 from site_agent.enrolment import (
     APPROVED_SUFFIX,
@@ -130,7 +130,7 @@ def init(workspace: Path, ca_dir: Path, project: dict[str, Any], accepted_roles:
                         "approved kit untrusted (use another folder for another federation)")
     make_private_dir(lead.root)
     server = _server(project)
-    profile = {"name": project["name"], "scheme": "grpc", "connection_security": "mtls",
+    profile = {"name": project["name"], "scheme": scheme_of(project), "connection_security": "mtls",
                "server": {"host": server["name"], "fed_learn_port": server["fed_learn_port"]}}
     make_private(lead.profile, yaml.safe_dump(profile, sort_keys=False))
     make_private(lead.project_file, yaml.safe_dump(project, sort_keys=False))

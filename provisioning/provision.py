@@ -69,10 +69,27 @@ def load_template(path: Path | None) -> dict[str, Any]:
     return project
 
 
+SCHEMES = ("http", "grpc")
+STATIC_FILE_BUILDER = "nvflare.lighter.impl.static_file.StaticFileBuilder"
+
+
+def scheme_of(project: dict[str, Any]) -> str:
+    """FLARE's transport between sites and server, as the project's StaticFileBuilder sets it (FLARE: http)."""
+    builder: dict[str, Any] = next((b for b in project.get("builders", []) if b.get("path") == STATIC_FILE_BUILDER), {})
+    return str(builder.get("args", {}).get("scheme", "http"))
+
+
 def customise(project: dict[str, Any], name: str | None = None, sites: list[str] | None = None,
-              admins: dict[str, str] | None = None, port: int | None = None) -> dict[str, Any]:
-    """Replace the template's project name, sites, admins or server port; a new site gets an org named after it."""
+              admins: dict[str, str] | None = None, port: int | None = None,
+              scheme: str | None = None) -> dict[str, Any]:
+    """Replace the template's project name, sites, admins, server port or transport scheme; a new site gets an org
+    named after it."""
     project = dict(project)
+    if scheme:
+        if scheme not in SCHEMES:
+            raise ValueError(f"unknown scheme {scheme!r}; FLARE's transports here are {list(SCHEMES)}")
+        project["builders"] = [{**b, "args": {**b.get("args", {}), "scheme": scheme}}
+                               if b.get("path") == STATIC_FILE_BUILDER else b for b in project.get("builders", [])]
     participants = list(project["participants"])
     server = next(p for p in participants if p["type"] == "server")
     if name:
@@ -228,6 +245,9 @@ def add_project_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--admin", action="append", metavar="NAME[:ROLE]",
                         help="admin (repeatable), replacing the template's")
     parser.add_argument("--port", type=int, help="server port for sites and admins")
+    parser.add_argument("--scheme", choices=SCHEMES,
+                        help="FLARE's transport (default http, which site-agent check can time; grpc for sites that "
+                             "reach the server only through an HTTP proxy)")
     parser.add_argument("--accepted-roles", default=",".join(DEFAULT_ACCEPTED_ROLES),
                         help="submitter roles sites accept (written into each site's local/site_policy.json)")
     parser.add_argument("--stream-site-logs", action="store_true",
@@ -239,7 +259,7 @@ def add_project_options(parser: argparse.ArgumentParser) -> None:
 
 def project_from_options(args: argparse.Namespace) -> dict[str, Any]:
     return customise(load_template(args.project), args.name, args.sites.split(",") if args.sites else None,
-                     _parse_admins(args.admin), args.port)
+                     _parse_admins(args.admin), args.port, args.scheme)
 
 
 def main(argv: list[str] | None = None) -> int:

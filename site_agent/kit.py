@@ -11,14 +11,17 @@ import datetime as dt
 import json
 import socket
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
+from urllib.parse import urlsplit
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
+
+from site_agent.site_config import SiteConfigError, configured_proxy
 
 EXPIRY_WARNING_DAYS = 30
 
@@ -35,6 +38,7 @@ class SiteKit:
     server_port: int
     server_identity: str
     scheme: str = "grpc"  # FLARE's transport to the server: grpc, http (aiohttp over TLS) or tcp
+    proxy: str | None = None  # http://host:port of the hospital's proxy (local/site_agent.json), or direct
 
     @property
     def startup(self) -> Path:
@@ -63,10 +67,45 @@ class SiteKit:
             config = json.loads(config_path.read_text())
             server = config["servers"][0]
             host, port = server["service"]["target"].rsplit(":", 1)
-            return cls(root, config["client"]["fqsn"], host, int(port), server.get("identity", host),
-                       server["service"].get("scheme", "grpc"))
+            kit = cls(root, config["client"]["fqsn"], host, int(port), server.get("identity", host),
+                      server["service"].get("scheme", "grpc"))
         except (json.JSONDecodeError, KeyError, IndexError, ValueError) as exc:
             raise KitError(f"{config_path}: unreadable ({exc!r}); ask the federation lead for a fresh kit") from exc
+        try:
+            return replace(kit, proxy=configured_proxy(root))
+        except SiteConfigError:  # the site configuration's own check names it; the kit itself is fine
+            return kit
+
+
+class ProxyRefused(KitError):
+    """The hospital's proxy would not open a tunnel to the server; the message quotes its answer."""
+
+
+def open_server_socket(kit: SiteKit, timeout: float) -> socket.socket:
+    """A TCP connection to the kit's server: direct, or through `kit.proxy` with an HTTP CONNECT tunnel (the way
+    FLARE's grpc transport goes when the client has `https_proxy`). The TLS runs end to end inside the tunnel, so
+    the proxy sees neither the certificates' keys nor the traffic."""
+    if not kit.proxy:
+        return socket.create_connection((kit.server_host, kit.server_port), timeout=timeout)
+    proxy = urlsplit(kit.proxy)
+    target = f"{kit.server_host}:{kit.server_port}"
+    sock = socket.create_connection((str(proxy.hostname), int(proxy.port or 80)), timeout=timeout)
+    try:
+        sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer and len(answer) < 8192:
+            chunk = sock.recv(1024)
+            if not chunk:
+                break
+            answer += chunk
+        status = answer.split(b"\r\n", 1)[0].decode("latin-1")
+        if status.split(" ")[1:2] != ["200"]:
+            raise ProxyRefused(f"the proxy {kit.proxy} would not open a tunnel to {target} (it answered "
+                               f"{status!r}): ask the network team to allow CONNECT from this machine to {target}")
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 @dataclass(frozen=True)
@@ -170,7 +209,7 @@ def exchange_with_server(kit: SiteKit, timeout: float = 5.0) -> ServerAnswer:
     request = requests.get(kit.scheme)
     if kit.scheme == "grpc":
         context.set_alpn_protocols(["h2"])
-    with socket.create_connection((kit.server_host, kit.server_port), timeout=timeout) as sock:
+    with open_server_socket(kit, timeout) as sock:
         with context.wrap_socket(sock) as tls:
             subject = cast("tuple[tuple[tuple[str, str], ...], ...]", (tls.getpeercert() or {}).get("subject", ()))
             names = [value for rdn in subject for key, value in rdn if key == "commonName"]

@@ -26,7 +26,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from site_agent.kit import ServerRefused, SiteKit
+from site_agent.kit import ServerRefused, SiteKit, open_server_socket
 
 FIRST_SAMPLE_BYTES = 64 * 1024
 MAX_SAMPLE_BYTES = 16 * 1024 * 1024
@@ -111,7 +111,7 @@ def measure_link(kit: SiteKit, timeout: float = 20.0) -> LinkMeasurement:
     context.check_hostname = False  # FLARE names the server by its provisioned identity; check_server checks it
     context.load_cert_chain(str(kit.certificate), str(kit.private_key))
     start = time.perf_counter()
-    with socket.create_connection((kit.server_host, kit.server_port), timeout=timeout) as sock:
+    with open_server_socket(kit, timeout) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with context.wrap_socket(sock) as tls:
             handshake_s = time.perf_counter() - start

@@ -19,6 +19,7 @@ from site_agent.job_contents import SITE_DEPLOYER_PATH
 from site_agent.kit import (
     EXPIRY_WARNING_DAYS,
     KitError,
+    ProxyRefused,
     ServerRefused,
     SiteKit,
     certificate_organisation,
@@ -82,9 +83,17 @@ def check_certificate(kit: SiteKit) -> CheckResult:
 def check_server(kit: SiteKit, timeout: float = 5.0) -> CheckResult:
     """Mutual TLS with the server, then an exchange of data: only the server's answer after the handshake proves
     that it accepts this site's certificate (TLS 1.3 finishes the site's side of the handshake before that check)."""
-    where = f"{kit.server_host}:{kit.server_port}"
+    where = f"{kit.server_host}:{kit.server_port}" + (f" (through the proxy {kit.proxy})" if kit.proxy else "")
+    if kit.proxy and kit.scheme != "grpc":
+        return CheckResult("server", FAIL, f"a proxy ({kit.proxy}) is configured, but this kit's FLARE transport is "
+                           f"{kit.scheme!r}, which does not go through an HTTP proxy",
+                           "ask the federation lead for a kit with the grpc scheme (fl-provision --scheme grpc), "
+                           "or remove the proxy (site-agent configure --proxy none) where the server is reachable")
     try:
         answer = exchange_with_server(kit, timeout)
+    except ProxyRefused as exc:
+        return CheckResult("server", FAIL, str(exc), "the site reaches the server only through its proxy",
+                           transient=True)
     except ServerRefused as exc:
         return CheckResult("server", FAIL, f"{where} refused this site's certificate: {exc}",
                            "the server does not trust this certificate. If the certificate row is OK, the kit predates "

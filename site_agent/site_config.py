@@ -15,6 +15,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from fl_contract.local_config import DEVICES, read_local_config, resolve_folder, write_folder_map
 
@@ -61,6 +62,26 @@ class ComputeSettings:
 
 
 COMPUTE_FIELDS = tuple(f.name for f in fields(ComputeSettings))
+PROXY_FIELD = "proxy"
+
+
+def parse_proxy(value: Any, path: Path) -> str | None:
+    """The hospital's HTTP proxy as `http://host:port` (FLARE's grpc transport and `site-agent check` open the
+    server's connection through it with CONNECT), or None: the site reaches the server directly."""
+    if value is None:
+        return None
+    parsed = urlsplit(value) if isinstance(value, str) else None
+    if parsed is None or parsed.scheme != "http" or not parsed.hostname or parsed.port is None or parsed.path not in (
+            "", "/"):
+        raise SiteConfigError(f'{path}: "proxy" is {value!r}; give the proxy as http://HOST:PORT (the address of the '
+                              "hospital's HTTP proxy, which tunnels the server's TLS with CONNECT), or null")
+    return f"http://{parsed.hostname}:{parsed.port}"
+
+
+def configured_proxy(kit_dir: Path) -> str | None:
+    """The proxy in the kit's site configuration; None without one (or before `site-agent configure`)."""
+    path = Path(kit_dir) / "local" / CONFIG_FILE
+    return SiteConfig.load(path).proxy if path.is_file() else None
 
 
 @dataclass(frozen=True)
@@ -69,13 +90,16 @@ class SiteConfig:
     datasets: dict[str, str] = field(default_factory=dict)
     device: str = "auto"
     compute: ComputeSettings = ComputeSettings()
+    proxy: str | None = None  # http://host:port, or None: the server is reached directly
 
     @classmethod
     def load(cls, path: Path) -> SiteConfig:
         path = Path(path)
         datasets, device, settings = read_local_config(path, "datasets", EXAMPLE, "docs/site-it-guide.md",
-                                                       SiteConfigError, COMPUTE_FIELDS)
-        return cls(path=path, datasets=datasets, device=device, compute=ComputeSettings.parse(settings, path))
+                                                       SiteConfigError, (*COMPUTE_FIELDS, PROXY_FIELD))
+        proxy = parse_proxy(settings.pop(PROXY_FIELD, None), path)
+        return cls(path=path, datasets=datasets, device=device, compute=ComputeSettings.parse(settings, path),
+                   proxy=proxy)
 
     @classmethod
     def for_kit(cls, kit_dir: Path) -> SiteConfig:
@@ -87,11 +111,12 @@ class SiteConfig:
 
 
 def write_site_config(kit_dir: Path, datasets: dict[str, str], device: str = "auto",
-                      compute: ComputeSettings = ComputeSettings()) -> Path:
+                      compute: ComputeSettings = ComputeSettings(), proxy: str | None = None) -> Path:
     """Write `<kit>/local/site_agent.json` (what `site-agent configure` does for site IT), readable by its owner only
     (it names the site's data folders)."""
+    settings = {**asdict(compute), **({PROXY_FIELD: proxy} if proxy else {})}
     path = write_folder_map(Path(kit_dir) / "local" / CONFIG_FILE, "datasets", datasets, device, SiteConfigError,
-                            asdict(compute))
+                            settings)
     os.chmod(path, 0o600)
     return path
 
@@ -109,7 +134,10 @@ def _configure(args: argparse.Namespace) -> int:
     compute = current.compute if current else ComputeSettings()
     changes = {name: getattr(args, name) for name in COMPUTE_FIELDS if getattr(args, name) is not None}
     compute = ComputeSettings.parse({**asdict(compute), **changes}, path)
-    print(f"wrote {write_site_config(Path(args.kit), datasets, device, compute)}")
+    proxy = current.proxy if current else None
+    if args.proxy is not None:
+        proxy = None if args.proxy.lower() == "none" else parse_proxy(args.proxy, path)
+    print(f"wrote {write_site_config(Path(args.kit), datasets, device, compute, proxy)}")
     return 0
 
 
@@ -125,4 +153,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="keep decoded cases in memory (default) or on disk in the site's workspace")
     parser.add_argument("--encode-batch-size", dest="encode_batch_size", type=int,
                         help="FedKT-CSD encoding batch (default: 32 on the CPU, 256 on a GPU)")
+    parser.add_argument("--proxy", metavar="http://HOST:PORT",
+                        help="the hospital's HTTP proxy, when the site reaches the server only through it (FLARE's "
+                             "grpc connection and site-agent check tunnel through it with CONNECT); none removes it")
     parser.set_defaults(func=_configure)

@@ -114,6 +114,8 @@ class FlareClient:
         command = [sys.executable, "-u", "-m", CLIENT_MODULE, "-m", str(kit.root), "-s", "fed_client.json",
                    "--set", "secure_train=true", f"uid={kit.site_name}", f"org={org}", "config_folder=config"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "4")}
+        if kit.proxy:  # gRPC's own proxy settings: the connection to the server is tunnelled with CONNECT
+            env.update(https_proxy=kit.proxy, grpc_proxy=kit.proxy)
         # umask 077: the job workspaces and logs FLARE writes are the service account's only, whatever the umask
         # site-agent was started with
         self.process = subprocess.Popen(command, cwd=kit.root, env=env, stdin=subprocess.DEVNULL,

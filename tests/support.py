@@ -47,12 +47,12 @@ FEDAVG_REFERENCE = {1: [1.354, -2.023], 3: [1.935, -2.898], 5: [1.995, -2.99]}
 
 
 def provision_demo_federation(
-    workspace: Path, name: str = "hospital-federation", sites: list[str] = SITES
+    workspace: Path, name: str = "hospital-federation", sites: list[str] = SITES, scheme: str | None = None
 ) -> Federation:
     """Provision a loopback federation; every site gets its reference linear data, synthetic glioma cases, a site
     config."""
     project = customise(load_template(None), name=name, sites=sites, port=free_port(),
-                        admins={ADMIN: "project_admin", SUPER_ADMIN: "super"})
+                        admins={ADMIN: "project_admin", SUPER_ADMIN: "super"}, scheme=scheme)
     federation = provision(project, workspace)
     for index, site in enumerate(sites, start=1):
         data = write_linear_site(workspace / "data" / site / "linear", index).parent
