@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 from nvflare.fuel.flare_api.flare_api import Session
 from nvflare.fuel.utils import fobs
 
-from federation_tools.loopback import free_port
+from federation_tools.loopback import LoopbackFederation, free_port
 from jobs.segmentation.spec import CPU_DEMO_DATA
 from provisioning.provision import Federation, customise, load_template, provision
 from server_app.fedkt_csd import secure_statistics
@@ -238,6 +239,24 @@ def wait_for_server_log(federation: Federation, job_id: str, text: str, timeout:
         if time.monotonic() > deadline:
             raise TimeoutError(f"the server log of job {job_id} did not show {text!r} within {timeout:.0f} s")
         time.sleep(0.05)
+
+
+def connected_sites(loopback: LoopbackFederation, admin: str = ADMIN) -> set[str]:
+    """The sites the server lists as connected now, asked through an admin session."""
+    session = loopback.session(admin)
+    try:
+        return {c.name for c in session.get_connected_client_list()}
+    finally:
+        session.close()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `condition` every 0.5 s; TimeoutError saying `what` did not happen within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {timeout:.0f} s")
+        time.sleep(0.5)
 
 
 def submit(session: Session, job_dir: Path) -> str:

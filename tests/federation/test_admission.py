@@ -21,7 +21,7 @@ import pytest
 import yaml
 from nvflare.apis.fl_exception import FLCommunicationError
 from nvflare.fuel.flare_api.flare_api import new_secure_session
-from support import ADMIN, SITES
+from support import ADMIN, SITES, connected_sites, wait_until
 
 from jobs.admin import follow_job
 from jobs.common import build_job, export
@@ -48,22 +48,6 @@ def _server_log(federation: Federation) -> str:
     return (federation.kit(federation.server) / "log.txt").read_text(errors="replace")
 
 
-def _connected(running_federation) -> set[str]:
-    session = running_federation.session()
-    try:
-        return {c.name for c in session.get_connected_client_list()}
-    finally:
-        session.close()
-
-
-def _wait_until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} within {timeout:.0f} s")
-        time.sleep(0.5)
-
-
 def test_unlisted_participants_are_refused_and_a_provisioned_site_joins_without_a_restart(running_federation,
                                                                                            tmp_path):
     federation, loopback = running_federation.federation, running_federation.loopback
@@ -80,25 +64,25 @@ def test_unlisted_participants_are_refused_and_a_provisioned_site_joins_without_
     assert "'Adding a site'" in done.stderr and "exit code 78" in done.stderr
     log = _server_log(federation)
     assert f"refused the registration of '{NEW_SITE}'" in log and f"refused the registration of '{NEW_ADMIN}'" in log
-    assert NEW_SITE not in _connected(running_federation)
+    assert NEW_SITE not in connected_sites(loopback)
 
     listed = federation.kit(federation.server) / "local" / PARTICIPANTS_FILE
     original = listed.read_bytes()
     try:
         shutil.copy(second.kit(second.server) / "local" / PARTICIPANTS_FILE, listed)  # the admin guide's step
         loopback.start_site(NEW_SITE, site_9)
-        _wait_until(lambda: NEW_SITE in _connected(running_federation), 60, f"{NEW_SITE} did not join")
+        wait_until(lambda: NEW_SITE in connected_sites(loopback), 60, f"{NEW_SITE} did not join")
         new_secure_session(NEW_ADMIN, str(second.kit(NEW_ADMIN)), timeout=10).close()
 
         listed.write_bytes(original)  # off the list again: out at its next heartbeat (every 10 s)
-        _wait_until(lambda: NEW_SITE not in _connected(running_federation), 30, f"{NEW_SITE} was not put out")
+        wait_until(lambda: NEW_SITE not in connected_sites(loopback), 30, f"{NEW_SITE} was not put out")
     finally:
         listed.write_bytes(original)
         if NEW_SITE in loopback.participants:
             loopback.stop_participant(NEW_SITE)
             del loopback.participants[NEW_SITE]
     assert f"refused the heartbeat of '{NEW_SITE}'" in _server_log(federation)
-    assert set(SITES) <= _connected(running_federation)
+    assert set(SITES) <= connected_sites(loopback)
 
 
 def test_a_job_waiting_for_a_site_names_it_and_starts_soon_after_it_returns(running_federation, tmp_path):
@@ -113,7 +97,7 @@ def test_a_job_waiting_for_a_site_names_it_and_starts_soon_after_it_returns(runn
         with ThreadPoolExecutor(1) as follower:
             following = follower.submit(follow_job, session, job_id, 180, False,
                                         lambda line: said.append((time.monotonic(), line)))
-            _wait_until(lambda: any("waiting to start" in line for _, line in said), 60, "the follower said nothing")
+            wait_until(lambda: any("waiting to start" in line for _, line in said), 60, "the follower said nothing")
             loopback.bring_up(ADMIN)
             returned = time.monotonic()
             outcome = following.result()

@@ -9,11 +9,10 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from support import ADMIN, FEDAVG_REFERENCE, SITES, distributed_demo_federation
+from support import ADMIN, FEDAVG_REFERENCE, SITES, connected_sites, distributed_demo_federation, wait_until
 
 from federation_tools.loopback import LoopbackFederation
 from jobs.admin import follow_job, submit_and_wait
@@ -25,22 +24,6 @@ from site_agent.start import EXIT_REFUSED
 
 pytestmark = pytest.mark.federation
 
-
-
-def _connected(loopback: LoopbackFederation) -> set[str]:
-    session = loopback.session(ADMIN)
-    try:
-        return {c.name for c in session.get_connected_client_list()}
-    finally:
-        session.close()
-
-
-def _wait_until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} within {timeout:.0f} s")
-        time.sleep(0.5)
 
 
 def _start_refused(kit: Path) -> subprocess.CompletedProcess[str]:
@@ -68,7 +51,7 @@ def test_a_distributed_federation_trains_renews_a_site_during_a_job_and_revokes_
         # Renewal of site-2 while a job runs on sites 1 and 3.
         loopback.stop_participant(renewed)
         shutil.copytree(federation.kit(renewed), old_kit)
-        _wait_until(lambda: renewed not in _connected(loopback), 60, f"the server still lists {renewed}")
+        wait_until(lambda: renewed not in connected_sites(loopback), 60, f"the server still lists {renewed}")
         session = loopback.session(ADMIN)
         try:
             job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=3, min_clients=2)), tmp_path / "jobs2")
@@ -109,7 +92,7 @@ def test_a_distributed_federation_trains_renews_a_site_during_a_job_and_revokes_
 
         assert fl_provision(["revoke", revoked, "--workspace", str(built.lead),
                              "--server-kit", str(built.server_kit())]) == 0
-        _wait_until(lambda: revoked not in _connected(loopback), 30, f"{revoked} was not put out")
+        wait_until(lambda: revoked not in connected_sites(loopback), 30, f"{revoked} was not put out")
         loopback.stop_participant(revoked)
         refused = _start_refused(federation.kit(revoked))
         assert refused.returncode == EXIT_REFUSED, refused.stderr
