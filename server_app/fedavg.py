@@ -15,6 +15,7 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
 from fl_contract.job_params import FedAvgJob, job_params
 from fl_contract.models import build_model, state_dict_to_numpy
+from fl_contract.params import JobParams, params_to_json
 from server_app.aggregation import (
     RoundIntake,
     UpdateCheck,
@@ -142,10 +143,9 @@ class FedAvgController(RoundWorkflow):
         self.recorder.record["test"] = test
 
     def job_summary(self) -> dict[str, Any]:
-        return {"workflow": "fedavg", "model": self.model, "model_args": self.model_args,
-                "num_rounds": self.job.num_rounds, "aggregation": self.job.aggregation, **self.rule_options,
-                "min_clients": self.job.min_clients,
+        """Every parameter of the job, then what the workflow derived from them."""
+        params = cast(JobParams, self.job)  # FedAvgJob is the protocol the kinds' JobParams share
+        return {"workflow": "fedavg", **params_to_json(params), "model": self.model, "model_args": self.model_args,
                 "selection_metric": self.selection_metric, "selection_weight": self.selection_weight,
-                "test_metric": self.test_metric, "test_weight": self.test_weight, "seed": self.job.seed,
-                "secure_aggregation": self.masked, "update_l2_bound": getattr(self.job, "update_l2_bound", 0.0),
+                "test_metric": self.test_metric, "test_weight": self.test_weight, "secure_aggregation": self.masked,
                 "weights_encoding": self.weights_encoding}

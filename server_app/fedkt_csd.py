@@ -26,6 +26,7 @@ from fl_contract.fedkt_csd.wire import from_ring
 from fl_contract.job_params import FedKTCSDParams, job_params
 from fl_contract.models import state_dict_to_numpy
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
+from fl_contract.params import params_to_json
 from fl_contract.secure_aggregation import SecureAggregationError
 from fl_contract.version import AGENT_VERSION as __version__
 from server_app import fedkt_outputs as outputs
@@ -178,14 +179,8 @@ class FedKTCSDController(SiteAwareController):
                 "evaluation": scores}
 
     def _job_summary(self) -> dict[str, Any]:
-        return {"workflow": "fedkt_csd", "classes": self.classes, "autoencoder": self.job.autoencoder,
-                "image_size": self.job.image_size, "epsilon": self.job.epsilon, "delta": self.job.delta,
-                "adjacency": self.job.adjacency, "method": self.job.method,
-                "count_noise_multiplier": self.job.count_noise_multiplier,
-                "samples_per_class": self.job.samples_per_class,
-                "min_clients": self.job.min_clients, "min_count": self.job.min_count, "evaluate": self.job.evaluate,
-                "classifier_epochs": self.job.classifier_epochs, "classifier_min_steps": self.job.classifier_min_steps,
-                "seed": self.job.seed}
+        """Every parameter of the job, and the classes it releases."""
+        return {"workflow": "fedkt_csd", **params_to_json(self.job), "classes": self.classes}
 
 
 def secure_statistics(secagg: SecureAggregation, announcement: dict[str, Any], send: Send, log: Callable[[str], None],

@@ -14,6 +14,7 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
 from fl_contract.job_params import PLayerFLParams, job_params
 from fl_contract.models import build_model
+from fl_contract.params import params_to_json
 from fl_contract.playerfl import protocol
 from fl_contract.playerfl.layers import Layer, model_layers, prefix_keys
 from fl_contract.playerfl.methods import get_method
@@ -169,13 +170,9 @@ class PLayerFLController(RoundWorkflow):
         return SPLIT_RULES[self.job.method](inputs, self.info)
 
     def job_summary(self) -> dict[str, Any]:
-        job = self.job
-        return {"workflow": "playerfl", "method": job.method, "model": job.model, "model_args": self.model_args,
-                "num_rounds": job.num_rounds, "threshold": job.threshold,
-                "curve_normalisation": job.curve_normalisation, "playerfl_split": job.playerfl_split,
-                "seed": job.seed, "layers": [layer.name for layer in self.layers],
-                "secure_aggregation": job.secure_aggregation, "update_l2_bound": job.update_l2_bound,
-                "weights_encoding": job.weights_encoding}
+        """Every parameter of the job, then what the workflow derived from them."""
+        return {"workflow": "playerfl", **params_to_json(self.job), "model_args": self.model_args,
+                "layers": [layer.name for layer in self.layers]}
 
 
 def check_layers(update: SiteUpdate, global_params: Params, shared: list[Layer], partial: bool) -> None:

@@ -64,6 +64,9 @@ def plain_run(tmp_path_factory: pytest.TempPathFactory):
 def test_simulator_reproduces_reference_weights(plain_run):
     run = plain_run
     assert not run.aborted(), run.server_log.read_text()[-3000:]
+    recorded = _results(run)["job"]  # the job's parameters, every one, as results.json keeps them
+    assert {name: recorded[name] for name in params_to_json(FedAvgLinearParams())} == params_to_json(
+        FedAvgLinearParams())
     assert SITE_NAMES_KEPT in run.server_log.read_text()  # the simulator's site threads ran with the race closed
     results = _results(run)
     weights = {r["round"]: r["global_weights"]["weight"] for r in results["rounds"]}
