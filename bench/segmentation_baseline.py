@@ -80,7 +80,7 @@ def federated(params: SegmentationParams, data_root: Path, out: Path) -> Run:
 def _pooled_scores(
     net: torch.nn.Module, sites: Sequence[SiteData], split: str, params: SegmentationParams
 ) -> dict[str, float]:
-    scores = [s for site in sites for s in score_cases(net, site.eval_loader(split), params.roi_size, CPU,
+    scores = [s for site in sites for s in score_cases(net, site.eval_loader(split), params.sliding_window(), CPU,
                                                        LABEL_MAPS[params.label_map])]
     return site_summary(scores, split)
 

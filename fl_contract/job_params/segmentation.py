@@ -19,6 +19,17 @@ from fl_contract.weights_encoding import WeightsEncodingParams
 
 
 @dataclass(frozen=True)
+class SlidingWindow:
+    """How a whole volume is segmented (MONAI's sliding-window inference): the window, which is the training crop,
+    the windows per forward pass and their overlap. One value from the job's parameters, passed down whole, so no
+    function below the task gives them defaults of its own."""
+
+    roi_size: tuple[int, ...]
+    batch_size: int
+    overlap: float
+
+
+@dataclass(frozen=True)
 class SegResNetParams(FederationParams):
     """The network and label map, shared by every job kind that runs the segmentation model (training, inference)."""
 
@@ -49,6 +60,9 @@ class SegResNetParams(FederationParams):
                                  f"{list(self.blocks_down)}")
         if self.init_filters % 8:
             raise ParameterError(f"init_filters={self.init_filters}: SegResNet's GroupNorm needs a multiple of 8")
+
+    def sliding_window(self) -> SlidingWindow:
+        return SlidingWindow(tuple(self.roi_size), self.sw_batch_size, self.sw_overlap)
 
     def model_args(self) -> dict[str, Any]:
         """The arguments of fl_contract.models' `segresnet`, as the job's JSON carries them."""

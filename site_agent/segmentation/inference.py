@@ -20,6 +20,7 @@ from monai.transforms.compose import Compose
 from monai.transforms.spatial.array import ResampleToMatch
 from torch import nn
 
+from fl_contract.job_params.segmentation import SlidingWindow
 from fl_contract.labels import LabelMap
 from site_agent.data.brats_case import MODALITIES, REFERENCE_MODALITY, BratsCase, GridPolicy, brats_transforms
 from site_agent.data.dicom_seg import write_dicom_seg
@@ -47,10 +48,9 @@ def output_paths(out_dir: Path, case_id: str) -> tuple[Path, Path]:
     return out_dir / f"{case_id}{NIFTI_SUFFIX}", out_dir / f"{case_id}{DICOM_SEG_SUFFIX}"
 
 
-def segment_cases(net: nn.Module, cases: Sequence[BratsCase], out_dir: Path, roi_size: Sequence[int],
+def segment_cases(net: nn.Module, cases: Sequence[BratsCase], out_dir: Path, window: SlidingWindow,
                   device: torch.device, label_map: LabelMap, model_description: str, grid: GridPolicy = "refuse",
-                  sw_batch_size: int = 1, overlap: float = 0.5, resample_ras_1mm: bool = False,
-                  should_stop: Callable[[], bool] = lambda: False) -> list[CaseOutput]:
+                  resample_ras_1mm: bool = False, should_stop: Callable[[], bool] = lambda: False) -> list[CaseOutput]:
     """Predict and write every case (labels, if a case has them, are read and checked but not used). With
     `resample_ras_1mm` the network sees the case in RAS at 1 mm, and its label map is resampled back (nearest
     neighbour) onto the case's own grid."""
@@ -65,7 +65,7 @@ def segment_cases(net: nn.Module, cases: Sequence[BratsCase], out_dir: Path, roi
         with surface_data_errors():
             loaded = load(case.record())
             image = prepare(dict(loaded))["image"]
-        logits = region_logits(net, image[None], list(roi_size), device, sw_batch_size, overlap)[0]
+        logits = region_logits(net, image[None], window, device)[0]
         predicted = label_map_from_regions(regions_from_logits(logits), label_map).cpu()
         original = loaded["image"][:1]
         if resample_ras_1mm:  # back onto the case's own grid, which the DICOM SEG references

@@ -27,6 +27,7 @@ from scipy import ndimage
 from surface_distance import lookup_tables
 from torch import nn
 
+from fl_contract.job_params.segmentation import SlidingWindow
 from fl_contract.labels import REGIONS, LabelMap
 from fl_contract.segmentation import (
     BRATS_LESION_WORST_HD95_MM,
@@ -226,13 +227,13 @@ def site_summary(scores: Sequence[CaseScore], split: str) -> dict[str, float]:
     return summary
 
 
-def score_cases(net: nn.Module, loader: DataLoader, roi_size: Sequence[int], device: torch.device, label_map: LabelMap,
-                sw_batch_size: int = 1, overlap: float = 0.5) -> list[CaseScore]:
+def score_cases(net: nn.Module, loader: DataLoader, window: SlidingWindow, device: torch.device,
+                label_map: LabelMap) -> list[CaseScore]:
     """Every case of `loader` ({"case_id", "image", "label" as TC/WT/ET}) scored on its predicted label map."""
     net.eval()
     scores = []
     for batch in loader:
-        logits = region_logits(net, batch["image"], list(roi_size), device, sw_batch_size, overlap)
+        logits = region_logits(net, batch["image"], window, device)
         for case_logits, item in zip(logits, decollate_batch(batch)):
             labels = label_map_from_regions(regions_from_logits(case_logits), label_map)
             spacing = affine_to_spacing(item["image"].affine, r=3).tolist()

@@ -17,17 +17,18 @@ from monai.transforms import Activations, AsDiscrete, Compose
 from monai.transforms.utility.array import ConvertToMultiChannelBasedOnBratsClasses
 from torch import nn
 
+from fl_contract.job_params.segmentation import SlidingWindow
 from fl_contract.labels import REGIONS, LabelMap
 from fl_contract.precision import select_precision
 
 _TC, _WT, _ET = (REGIONS.index(r) for r in ("TC", "WT", "ET"))
 
 
-def region_logits(net: nn.Module, image: torch.Tensor, roi_size: list[int], device: torch.device,
-                  sw_batch_size: int = 1, overlap: float = 0.5) -> torch.Tensor:
-    """(N, 3, X, Y, Z) float32 logits of whole volumes, tiled by `roi_size` windows (MONAI's sliding window)."""
+def region_logits(net: nn.Module, image: torch.Tensor, window: SlidingWindow, device: torch.device) -> torch.Tensor:
+    """(N, 3, X, Y, Z) float32 logits of whole volumes, tiled by the job's windows (MONAI's sliding window)."""
     with torch.no_grad(), select_precision(device).autocast():
-        logits = sliding_window_inference(image.to(device), roi_size, sw_batch_size, net, overlap=overlap)
+        logits = sliding_window_inference(image.to(device), list(window.roi_size), window.batch_size, net,
+                                          overlap=window.overlap)
     if not isinstance(logits, torch.Tensor):  # MONAI passes through a network's tuple or dict output
         raise TypeError(f"the segmentation network returned {type(logits).__name__}, not a tensor of logits")
     return logits.float()

@@ -55,10 +55,9 @@ class InferenceTask(TaskExecutor):
         load_numpy_params(net, model.params)
         out_dir = ctx.data_dir(self.job.output) / ctx.job_id
         self.logger.info(f"segmenting {len(cases)} cases on {ctx.device} into {out_dir}")
-        outputs = segment_cases(net.to(ctx.device), cases, out_dir, self.job.roi_size, ctx.device,
+        outputs = segment_cases(net.to(ctx.device), cases, out_dir, self.job.sliding_window(), ctx.device,
                                 LABEL_MAPS[self.job.label_map], self.model_description, self.grid,
-                                self.job.sw_batch_size, self.job.sw_overlap, self.job.resample_ras_1mm,
-                                lambda: ctx.abort_signal.triggered)
+                                self.job.resample_ras_1mm, lambda: ctx.abort_signal.triggered)
         seconds = np.array([o.seconds for o in outputs] or [0.0])
         self.logger.info(f"wrote {len(outputs)} label maps into {out_dir}")
         return FLModel(metrics={CASES_SEGMENTED: float(len(outputs)),

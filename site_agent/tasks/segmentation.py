@@ -135,8 +135,8 @@ class SegmentationTask(TrackedTask):
               task: str) -> dict[str, float]:
         """Dice and HD95 of `net` (the global model as received) on the label maps of the `split` cases. Each case's
         row goes to the site's per-case file (never sent); the site's means and case counts are returned."""
-        scores = score_cases(net, data.eval_loader(split), self.job.roi_size, ctx.device,
-                             LABEL_MAPS[self.job.label_map], self.job.sw_batch_size, self.job.sw_overlap)
+        scores = score_cases(net, data.eval_loader(split), self.job.sliding_window(), ctx.device,
+                             LABEL_MAPS[self.job.label_map])
         append_case_results(case_results_path(ctx.workspace_dir, ctx.job_id), scores, int(model.current_round or 0),
                             task, split)
         return site_summary(scores, split)

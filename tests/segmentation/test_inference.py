@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from federation_tools.simulate import simulate
+from fl_contract.job_params.segmentation import SlidingWindow
 from fl_contract.labels import BRATS_2021, LabelMap
 from fl_contract.models import build_model
 from fl_contract.segmentation import INFERENCE_KEYS
@@ -74,7 +75,8 @@ def test_segment_cases_writes_a_nifti_on_the_case_grid_and_a_seg_for_dicom_cases
     torch.manual_seed(0)
     net = build_model("segresnet", **ARCHITECTURE)
 
-    outputs = segment_cases(net, dicom + nifti, tmp_path / "out", (16, 12, 8), torch.device("cpu"), BRATS_2021, "m")
+    window = SlidingWindow((16, 12, 8), 1, 0.5)
+    outputs = segment_cases(net, dicom + nifti, tmp_path / "out", window, torch.device("cpu"), BRATS_2021, "m")
 
     assert [o.case_id for o in outputs] == ["Site1_000", "Site2_000"]
     assert outputs[0].dicom_seg is not None and outputs[1].dicom_seg is None
@@ -182,8 +184,8 @@ def test_ras_1mm_resampling_feeds_the_network_ras_1mm_and_writes_back_on_the_cas
     net = build_model("segresnet", **ARCHITECTURE)
     cases = list(data.split.val)
 
-    (output,) = segment_cases(net, cases, tmp_path / "out", (16, 16, 16), torch.device("cpu"), BRATS_2021, "m",
-                              resample_ras_1mm=True)
+    (output,) = segment_cases(net, cases, tmp_path / "out", SlidingWindow((16, 16, 16), 1, 0.5), torch.device("cpu"),
+                              BRATS_2021, "m", resample_ras_1mm=True)
 
     written = nib.load(output.nifti)
     image, _ = read_case(cases[0])

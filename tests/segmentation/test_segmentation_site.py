@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from fl_contract.job_params.segmentation import SlidingWindow
 from fl_contract.labels import BRATS_2021
 from fl_contract.models import build_model
 from fl_contract.models.segmentation import IN_CHANNELS, segresnet
@@ -51,7 +52,8 @@ def test_training_lowers_the_loss_and_validation_scores_every_region(tmp_path):
 
     first = train_epochs(net, data.train_loader(1, seed=0), optimizer, cpu, epochs=1)
     later = train_epochs(net, data.train_loader(1, seed=1), optimizer, cpu, epochs=6)
-    sent = site_summary(score_cases(net, data.eval_loader(VAL), (16, 16, 16), cpu, BRATS_2021), VAL)
+    window = SlidingWindow((16, 16, 16), 1, 0.5)
+    sent = site_summary(score_cases(net, data.eval_loader(VAL), window, cpu, BRATS_2021), VAL)
 
     assert later < first
     assert set(sent) == set(split_metric_keys(VAL)) and all(np.isfinite(v) for v in sent.values())
