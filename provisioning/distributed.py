@@ -49,7 +49,7 @@ from site_agent.enrolment import (
     make_request,
     nvflare,
 )
-from site_agent.kit import KitError
+from site_agent.kit import EXPIRY_WARNING_DAYS, KitError
 from site_agent.kit_policy import APPROVAL_FILE, SIGNATURE_FILE, KitApproval, fingerprint, sha256_hex
 from site_agent.policy import write_private as make_private
 
@@ -322,10 +322,22 @@ def _certificate_sha256(signed_zip: Path) -> str:
         return sha256_hex(inner.read(signed["cert_file"]))
 
 
-def _print_certificates(lead: LeadWorkspace) -> None:
+def certificate_lines(lead: LeadWorkspace, now: dt.datetime | None = None) -> list[str]:
+    """One line per certificate ever approved: name, kind, status, serial, end date, and for an approved one the
+    days left, flagged `renew` within EXPIRY_WARNING_DAYS (the participant is asked the same by site-agent check)."""
+    now = now or dt.datetime.now(dt.UTC)
+    lines = []
     for record in lead.records():
-        print(f"{record['name']:<32} {record['kind']:<6} {record['status']:<9} serial {record['serial']}  "
-              f"valid until {record['valid_until']}")
+        line = (f"{record['name']:<32} {record['kind']:<6} {record['status']:<9} serial {record['serial']}  "
+                f"valid until {record['valid_until']}")
+        if record["status"] == "approved":
+            end = dt.datetime.strptime(record["valid_until"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+            days = (end - now).days
+            line += (f"  EXPIRED: {record['name']} is refused by TLS; it makes a new request" if days < 0 else
+                     f"  {days} days left" + ("  renew: ask it for a new request" if days < EXPIRY_WARNING_DAYS
+                                              else ""))
+        lines.append(line)
+    return lines
 
 
 def main(argv: list[str]) -> int:
@@ -395,5 +407,5 @@ def _run(args: argparse.Namespace) -> int:
         kit = server_kit(args.workspace, args.ca_dir, args.out, args.server_storage)
         print(f"server kit: {kit} (its key made there, not in the workspace)")
     else:
-        _print_certificates(lead)
+        print("\n".join(certificate_lines(lead)))
     return 0

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from support import ADMIN, SITES, distributed_demo_federation
 
 from provisioning.cli import main as fl_provision
+from provisioning.distributed import LeadWorkspace, certificate_lines
 from server_app.admission import PARTICIPANTS_FILE, Participants, read_participants
 from site_agent.cli import main as site_agent
 from site_agent.enrolment import EXIT_REFUSED
@@ -154,6 +155,10 @@ def site_1_approval(built, tmp_path):
 def test_a_certificate_near_its_end_is_warned_with_the_renewal_commands(built, tmp_path):
     with _approved_again(built, tmp_path, "--valid-days", "10") as (approved, request):
         assert _install(approved, request, built.fingerprint, tmp_path / "kits") == 0
+        lines = {line.split()[0]: line for line in certificate_lines(LeadWorkspace(built.lead))
+                 if " approved " in line}
+        assert "renew: ask it for a new request" in lines["site-1"]  # the lead's list flags it too
+        assert "renew" not in lines["site-2"] and "days left" in lines["site-2"]
     kit = SiteKit.open(next((tmp_path / "kits").rglob("fed_client.json")).parent.parent)
     result = check_certificate(kit)
     assert result.status == WARN and ("(9 days)" in result.detail or "(10 days)" in result.detail)
