@@ -48,6 +48,7 @@ from site_agent.enrolment import (
     make_private_dir,
     make_request,
     nvflare,
+    owner_only,
 )
 from site_agent.kit import EXPIRY_WARNING_DAYS, KitError
 from site_agent.kit_policy import APPROVAL_FILE, SIGNATURE_FILE, KitApproval, fingerprint, sha256_hex
@@ -223,21 +224,13 @@ def approve(workspace: Path, request_zip: Path, ca_dir: Path, valid_days: int | 
         nvflare("cert", "approve", str(request_zip), "--ca-dir", str(ca), "--profile", str(lead.profile),
                 "--out", str(signed_path), *days)
         signed_zip = signed_path.read_bytes()
-    with zipfile.ZipFile(io.BytesIO(signed_zip)) as inner:
-        signed = json.loads(inner.read("signed.json"))
-        certificate = inner.read(signed["cert_file"])
+    signed, certificate = _signed_contents(signed_zip)
     site = None
     if entry["type"] == "client":
         options = lead.options()
         site = site_kit_policy(options["accepted_roles"], options["stream_site_logs"], options["warm_jobs"])
     approval = KitApproval(project["name"], name, signed["kind"], signed["request_id"], sha256_hex(certificate), site)
-    data = approval.to_bytes()
-    out = make_private_dir(lead.approved_dir) / f"{name}{APPROVED_SUFFIX}"
-    with zipfile.ZipFile(out, "w") as approved:
-        approved.writestr(f"{name}{SIGNED_SUFFIX}", signed_zip)
-        approved.writestr(APPROVAL_FILE, data)
-        approved.writestr(SIGNATURE_FILE, _sign(data, ca))
-    out.chmod(0o600)
+    out = _bundle(make_private_dir(lead.approved_dir) / f"{name}{APPROVED_SUFFIX}", signed_zip, approval, ca)
     records = lead.records()
     replaced = next((r for r in records if r["name"] == name and r["status"] == "approved"), None)
     if replaced is not None:
@@ -300,26 +293,34 @@ def server_kit(workspace: Path, ca_dir: Path, out: Path, storage: Path | None = 
         signed = Path(scratch) / f"{server['name']}{SIGNED_SUFFIX}"
         nvflare("cert", "approve", str(request_zip), "--ca-dir", str(ca), "--profile", str(lead.profile),
                 "--out", str(signed))
-        data = KitApproval(project["name"], server["name"], "server", _read_request(request_zip)["request_id"],
-                           _certificate_sha256(signed), None).to_bytes()
-        approved = Path(scratch) / f"{server['name']}{APPROVED_SUFFIX}"
-        with zipfile.ZipFile(approved, "w") as bundle:
-            bundle.writestr(signed.name, signed.read_bytes())
-            bundle.writestr(APPROVAL_FILE, data)
-            bundle.writestr(SIGNATURE_FILE, _sign(data, ca))
+        signed_zip = signed.read_bytes()
+        _, certificate = _signed_contents(signed_zip)
+        approval = KitApproval(project["name"], server["name"], "server", _read_request(request_zip)["request_id"],
+                               sha256_hex(certificate), None)
+        approved = _bundle(Path(scratch) / f"{server['name']}{APPROVED_SUFFIX}", signed_zip, approval, ca)
         kit = install_kit(approved, request_dir, fingerprint(lead.root_ca.read_bytes()), out)
     write_server_policy(kit, Path(storage) if storage else kit / "storage", participants(lead),
                         lead.options()["warm_jobs"])
-    for path in [kit, *kit.rglob("*")]:
-        if not path.is_symlink():
-            path.chmod(path.stat().st_mode & 0o700)
+    owner_only(kit)
     return kit
 
 
-def _certificate_sha256(signed_zip: Path) -> str:
-    with zipfile.ZipFile(signed_zip) as inner:
-        signed = json.loads(inner.read("signed.json"))
-        return sha256_hex(inner.read(signed["cert_file"]))
+def _signed_contents(signed_zip: bytes) -> tuple[dict[str, Any], bytes]:
+    """FLARE's signed.json and the certificate it names, from a signed zip."""
+    with zipfile.ZipFile(io.BytesIO(signed_zip)) as inner:
+        signed: dict[str, Any] = json.loads(inner.read("signed.json"))
+        return signed, inner.read(signed["cert_file"])
+
+
+def _bundle(out: Path, signed_zip: bytes, approval: KitApproval, ca_dir: Path) -> Path:
+    """The approved zip a participant installs: FLARE's signed zip, and our approval signed with the CA key."""
+    data = approval.to_bytes()
+    with zipfile.ZipFile(out, "w") as bundle:
+        bundle.writestr(f"{approval.name}{SIGNED_SUFFIX}", signed_zip)
+        bundle.writestr(APPROVAL_FILE, data)
+        bundle.writestr(SIGNATURE_FILE, _sign(data, ca_dir))
+    out.chmod(0o600)
+    return out
 
 
 def certificate_lines(lead: LeadWorkspace, now: dt.datetime | None = None) -> list[str]:

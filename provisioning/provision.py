@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from provisioning.policy import (
     site_kit_policy,
 )
 from server_app.admission import PARTICIPANTS_FILE, Participants, write_participants
+from site_agent.enrolment import owner_only
 from site_agent.kit_policy import apply_site_policy
 
 TEMPLATE = Path(__file__).with_name("project.yml")
@@ -166,15 +166,12 @@ def make_owner_only(federation: Federation, server_storage: Path) -> None:
     world-readable: anyone who reads it can sign a site or admin certificate the whole federation trusts), the
     project file, and the server's storage folder (its jobs, snapshots and checkpoints go there).
 
-    Group and other bits are cleared; the owner's are kept (folders stay enterable, start scripts executable).
     """
     server_storage.mkdir(mode=0o700, parents=True, exist_ok=True)
     project = federation.kits_dir.parent  # the CA state and every provisioning's kits
     roots = [project.parent / "project.yml", project, server_storage]
     for root in roots:
-        for path in [root, *(root.rglob("*") if root.is_dir() else [])]:
-            if not path.is_symlink():
-                os.chmod(path, path.stat().st_mode & 0o700)
+        owner_only(root)
 
 
 def provision(project: dict[str, Any], workspace: Path, accepted_roles: list[str] | None = None,

@@ -141,8 +141,10 @@ def check_request_dir(request_dir: Path, approval: Approval, source: Path) -> No
                        "that request")
 
 
-def _owner_only(root: Path) -> None:
-    for path in [root, *root.rglob("*")]:
+def owner_only(root: Path) -> None:
+    """`root` and everything under it readable by its owner only, whatever the umask: group and other bits cleared,
+    the owner's kept (folders stay enterable, start scripts executable)."""
+    for path in [root, *(root.rglob("*") if root.is_dir() else [])]:
         if not path.is_symlink():
             os.chmod(path, path.stat().st_mode & 0o700)
 
@@ -161,7 +163,7 @@ def install_kit(approved: Path, request_dir: Path, expected_fingerprint: str, wo
            / approval.approval.name)
     if approval.approval.site is not None:
         apply_site_policy(kit, approval.approval.site)
-    _owner_only(kit)
+    owner_only(kit)
     return kit
 
 
