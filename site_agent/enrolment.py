@@ -181,11 +181,11 @@ def renew_kit(approved: Path, request_dir: Path, expected_fingerprint: str, kit:
     if current.read_bytes() != approval.root_ca:
         raise KitError(f"{approved}: signed by another root CA than the kit {kit} trusts; a renewal keeps the CA "
                        "(install a new kit with --workspace instead)")
+    if approval.approval.name != _kit_name(kit):
+        raise KitError(f"{approved}: made for {approval.approval.name!r}, but the kit {kit} is {_kit_name(kit)!r}; "
+                       "renew each kit with its own request")
     with tempfile.TemporaryDirectory(dir=kit.parent) as scratch:
         fresh = install_kit(approved, request_dir, expected_fingerprint, Path(scratch))
-        if json.loads((fresh / "startup" / "fed_client.json").read_text())["client"]["fqsn"] != _kit_name(kit):
-            raise KitError(f"{approved}: made for {approval.approval.name!r}, but the kit {kit} is "
-                           f"{_kit_name(kit)!r}; renew each kit with its own request")
         for name in RENEWED_FILES:
             target = kit / "startup" / name
             staged = target.with_name(f".{name}.renewed")

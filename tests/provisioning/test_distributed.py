@@ -213,6 +213,13 @@ def test_an_approval_installs_only_as_signed_and_only_with_its_own_key(built, si
         assert message in capsys.readouterr().err
         assert not list((tmp_path / f"kit-{index}").rglob("client.crt")), message  # no kit left behind
     assert _install(approved, request, built.fingerprint, tmp_path / "good") == 0
+    site_2 = built.federation.kit("site-2")
+    before = (site_2 / "startup" / "client.crt").read_bytes()
+    capsys.readouterr()
+    assert site_agent(["install-kit", str(approved), "--request-dir", str(request), "--fingerprint",
+                       built.fingerprint, "--renew", str(site_2)]) == EXIT_REFUSED
+    assert "made for 'site-1', but the kit" in capsys.readouterr().err
+    assert (site_2 / "startup" / "client.crt").read_bytes() == before  # nothing of site-2's kit replaced
 
 
 def test_an_approval_of_another_project_is_refused(built, tmp_path, capsys):
