@@ -45,6 +45,7 @@ from nvflare.private.defs import CellMessageHeaderKeys, JobFailureMsgKey
 
 from fl_contract.job_meta import RESUMABLE_KEY, RESUMED_FROM_KEY
 from server_app.checkpoint import job_digest, record_job_digest, record_resumer, resumed_run
+from server_app.rejoin import Heartbeats, Rejoin, jobs_listing
 from server_app.site_events import CLIENT_GONE, JOB_PROCESS_FAILED, RETURNED, append_event
 
 INTERRUPTED = (RunStatus.RUNNING, RunStatus.DISPATCHED)
@@ -122,8 +123,8 @@ def _run_dir(engine: Any, job_id: str) -> Path:
 
 
 def report_returning_site(engine: Any, site: str) -> None:
-    """A site that registers while a job it takes part in runs has restarted, and FLARE never redeploys a running
-    job to it: report it dead to that job (recorded by `record_dead_site_reasons`).
+    """A site that registers while a job it takes part in runs has restarted, and its job process is gone: report it
+    dead to that job (recorded by `record_dead_site_reasons`) until `server_app.rejoin` has started it there again.
 
     FLARE does not, by itself, when the site comes back within the server's heartbeat timeout (a service manager's
     restart, a quick reboot): registering again gives the client a new token and drops the old one, so the old
@@ -149,23 +150,38 @@ def record_deployed_job(engine: Any, fl_ctx: FLContext) -> None:
     record_job_digest(Path(engine.get_workspace().get_root_dir()), str(job_id), job_digest(apps))
 
 
+def _peer_name(fl_ctx: FLContext) -> str:
+    peer = fl_ctx.get_peer_context()
+    return str(peer.get_identity_name() or "") if peer is not None else ""
+
+
 class JobRecovery(FLComponent):
     """At server start-up: interrupted jobs are closed with their reason and, with `resume`, cloned to resume;
     with `tolerate_site_failures`, a site's failed job process no longer fails the whole job."""
 
-    def __init__(self, resume: bool = True, tolerate_site_failures: bool = True):
+    def __init__(self, resume: bool = True, tolerate_site_failures: bool = True, rejoin: bool = True):
         super().__init__()
         self.resume = resume
         self.tolerate_site_failures = tolerate_site_failures
+        self.rejoin = rejoin
+        self._heartbeats = Heartbeats()
 
     def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
         engine = fl_ctx.get_engine()
         if event_type == EventType.DEPLOY_JOB_TO_SERVER:
             record_deployed_job(engine, fl_ctx)
         elif event_type == EventType.CLIENT_REGISTER_PROCESSED:
-            peer = fl_ctx.get_peer_context()
-            if peer is not None and peer.get_identity_name():
-                report_returning_site(engine, peer.get_identity_name())
+            site = _peer_name(fl_ctx)
+            if site:
+                jobs = jobs_listing(engine, site) if self.rejoin else []
+                report_returning_site(engine, site)
+                first_heartbeat = self._heartbeats.expect(site)
+                for job_id in jobs:
+                    Rejoin(engine, job_id, site, first_heartbeat, self.logger.info).start()
+        elif event_type == EventType.CLIENT_HEARTBEAT_PROCESSED:
+            site = _peer_name(fl_ctx)
+            if site:
+                self._heartbeats.heard(site)
         elif event_type == EventType.SYSTEM_START:
             self._start(engine, fl_ctx)
 

@@ -16,7 +16,24 @@ import numpy as np
 
 from fl_contract.result_files import BEST_MODEL_FILE, GLOBAL_MODEL_FILE, RESULTS_FILE
 
-__all__ = ["BEST_MODEL_FILE", "GLOBAL_MODEL_FILE", "RESULTS_FILE", "RunRecorder"]
+__all__ = ["BEST_MODEL_FILE", "GLOBAL_MODEL_FILE", "RESULTS_FILE", "RunRecorder", "site_returns"]
+RETURNS_KEY = "returns"
+
+
+def site_returns(rounds: list[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per site, each time it took part again after missing rounds (a restart, an outage): the round it was back
+    at and the rounds it missed before it, read from the rounds' `sites` (the sites whose update counted)."""
+    sites = sorted({site for r in rounds for site in (*r.get("sites", ()), *r.get("outcomes", {}))})
+    returns: dict[str, list[dict[str, Any]]] = {}
+    for site in sites:
+        missed: list[int] = []
+        for entry in rounds:
+            if site not in entry.get("sites", ()):
+                missed.append(int(entry["round"]))
+            elif missed:
+                returns.setdefault(site, []).append({"back_at_round": int(entry["round"]), "missed": missed})
+                missed = []
+    return returns
 
 
 class RunRecorder:
@@ -35,6 +52,9 @@ class RunRecorder:
 
     def add_round(self, entry: Mapping[str, Any]) -> None:
         self.record["rounds"].append(dict(entry))
+        returns = site_returns(self.record["rounds"])
+        if returns:
+            self.record[RETURNS_KEY] = returns
         self._write()
 
     def finish(self, status: str, **extra: Any) -> None:

@@ -18,6 +18,8 @@ EVENTS_FILE = "site_events.jsonl"
 JOB_PROCESS_FAILED = "job_process_failed"
 CLIENT_GONE = "client_gone"
 RETURNED = "returned"
+REJOINED = "rejoined"
+REJOIN_FAILED = "rejoin_failed"
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,9 @@ def describe(event: SiteEvent) -> str:
     if event.kind == CLIENT_GONE:
         return f"its client stopped answering ({event.detail})"
     if event.kind == RETURNED:
-        return ("its client stopped, then registered again; FLARE does not redeploy a running job to a returning "
-                "site, so it rejoins at the next job")
+        return "its client stopped, then registered again; the server is deploying the job to it again"
+    if event.kind == REJOINED:
+        return f"its client stopped and registered again; {event.detail}"
+    if event.kind == REJOIN_FAILED:
+        return f"its client stopped and registered again, but it is not back in this job: {event.detail}"
     return event.detail

@@ -20,6 +20,7 @@ from nvflare.apis.fl_constant import FLContextKey
 from nvflare.apis.fl_context import FLContext
 from nvflare.app_common.workflows.model_controller import ModelController
 
+from server_app.rejoin import accept_returning_sites
 from server_app.site_events import describe, last_event_by_site
 
 LATE_SITE_WAIT_S = 600
@@ -34,6 +35,12 @@ class SiteAwareController(ModelController):
         super().__init__(persistor_id="", **controller_options)
         self._flare_stop_reason = ""
         self._started_at = time.time()
+
+    def start_controller(self, fl_ctx: FLContext) -> None:
+        """FLARE's start, then accept returning sites: the main process deploys the job to a site whose client
+        registered again and has this process take its new token (`server_app.rejoin`)."""
+        super().start_controller(fl_ctx)
+        accept_returning_sites(self.engine)
 
     def site_names(self) -> list[str]:
         return [client.name for client in self.engine.get_clients()]
