@@ -2,7 +2,9 @@
 
 The site guard checks the budget when a job is deployed and charges the job when it starts here, before its task
 reads any data: from then on it may send everything its declaration allows, whether it finishes or not (a job that
-never starts here, e.g. because another site refused it, is not charged). Totals add up by basic composition
+never starts here, e.g. because another site refused it, is not charged). A job is charged once: a site back after
+a restart, whose job the server deploys and starts again, goes on with the same job, whose spend covers every
+round it may take part in. Totals add up by basic composition
 (epsilons add, deltas add), an upper bound that holds whatever the jobs were. A job that would take either total
 past the policy's budget is refused and not charged. Jobs that send weights without client-side DP are recorded
 with no epsilon: they have no guarantee to count, and the policy's `min_dp_noise_multiplier` decides whether they
@@ -42,10 +44,15 @@ class Ledger:
     def totals(self) -> Totals:
         return _totals(self.entries())
 
-    def refusal(self, spend: Spend | None, policy: SitePolicy) -> str:
-        """Why `spend` would take the site past its budget, or ""."""
+    def charged(self, job_id: str) -> bool:
+        """The job has been charged here already (its job process started here before: a site back after a restart
+        goes on with the same job, whose spend covers every round it may take part in)."""
+        return any(e.get("job_id") == job_id for e in self.entries())
+
+    def refusal(self, spend: Spend | None, policy: SitePolicy, job_id: str = "") -> str:
+        """Why `spend` would take the site past its budget, or "" (always for `job_id` when it is charged already)."""
         spent = self.totals()
-        if spend is None or (spent.epsilon + spend.epsilon <= policy.budget_epsilon
+        if spend is None or (job_id and self.charged(job_id)) or (spent.epsilon + spend.epsilon <= policy.budget_epsilon
                              and spent.delta + spend.delta <= policy.budget_delta):
             return ""
         return (f"the job would spend epsilon {spend.epsilon:.4g}, delta {spend.delta:.3g} ({spend.basis}); "
@@ -55,8 +62,10 @@ class Ledger:
     def charge(self, job_id: str, kind: str, submitter: str, spend: Spend | None, policy: SitePolicy,
                masked: bool = False) -> str:
         """Record the job's spend and whether what it releases is masked (secure aggregation), and return "", or
-        return why it would exceed the budget (nothing recorded)."""
+        return why it would exceed the budget (nothing recorded). A job charged already is not charged again."""
         with self.journal.locked() as handle:
+            if self.charged(job_id):
+                return ""
             reason = self.refusal(spend, policy)
             if reason:
                 return reason

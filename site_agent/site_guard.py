@@ -166,7 +166,7 @@ class SiteGuard(FLComponent):  # type: ignore[misc]  # FLARE ships no type infor
             reason = site.problem
         else:
             reason = admission_refusal(role, meta, site.policy) or \
-                Ledger(site.records).refusal(job_spend(SitePrivacy.from_meta(meta)), site.policy)
+                Ledger(site.records).refusal(job_spend(SitePrivacy.from_meta(meta)), site.policy, job_id)
         if reason:  # else the deployer (site_agent.job_contents) checks what the job carries and records the decision
             audit.record(JOB_REFUSED, job_id, reason=reason)
             self._refuse(fl_ctx, f"refused job {job_id}", reason)

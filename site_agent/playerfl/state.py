@@ -1,7 +1,9 @@
 """The site's state between rounds, in its own workspace: its model (with the local suffix), Ditto's and pFedMe's
 personal model, the best-validation snapshot, and its optimizers' state (one Adam per role, kept across rounds).
 Written atomically after every round, one file per round (the last two kept), so a restarted site resumes, and so
-does a job the server resumed from an earlier round than the site's last.
+does a job the server resumed from an earlier round than the site's last. A site back in its job after a restart
+starts the round it is sent from the newest state it saved before it (`latest_state`): its personal layers as it
+left them, however many rounds it missed.
 """
 
 from __future__ import annotations
@@ -53,6 +55,18 @@ def save_state(state: SiteState, folder: Path, round_number: int) -> None:
     for old in folder.glob("round-*.pt"):
         if int(old.stem.removeprefix("round-")) <= round_number - KEEP_ROUNDS:
             old.unlink()
+
+
+def latest_state(folder: Path, up_to: int) -> tuple[int, SiteState] | None:
+    """The newest state saved after a round at or before `up_to` (0-based), with that round; None when the site has
+    none (its first round in this job, or a site that lost its disk)."""
+    rounds = sorted((int(p.stem.removeprefix("round-")) for p in Path(folder).glob("round-*.pt")
+                     if p.stem.removeprefix("round-").isdigit()), reverse=True)
+    for round_number in (r for r in rounds if r <= up_to):
+        state = load_state(state_path(folder, round_number))
+        if state is not None:
+            return round_number, state
+    return None
 
 
 def load_state(path: Path) -> SiteState | None:

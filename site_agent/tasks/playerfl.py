@@ -36,7 +36,7 @@ from fl_contract.tracking import sender_id
 from site_agent.data.isic import IsicRecord
 from site_agent.playerfl.data import IsicImages, SiteSplits, class_weights, load_site_splits
 from site_agent.playerfl.methods import MethodOptions, SiteMethod, site_method
-from site_agent.playerfl.state import SiteState, load_state, save_state, state_folder, state_path
+from site_agent.playerfl.state import SiteState, latest_state, save_state, state_folder
 from site_agent.playerfl.training import LocalTrainer, LossFn, evaluate, focal_loss
 from site_agent.tasks.executor import SiteContext, TrackedTask
 
@@ -145,8 +145,14 @@ class PLayerFLTask(TrackedTask):
                              f"{sent_method!r}; fix the job")
         site = self._load_site(ctx)
         previous = int(model.current_round or 0) - 1  # the state this round starts from: after the previous round
-        saved = load_state(state_path(site.state_folder, previous)) if previous >= 0 else None
-        state = saved or self._strategy.fresh_state(self._new_model().state_dict())
+        saved = latest_state(site.state_folder, previous) if previous >= 0 else None
+        if saved is not None and saved[0] < previous:
+            self.logger.info(f"site {ctx.site_name} is back at round {previous + 2} with its state after round "
+                             f"{saved[0] + 1}")
+        elif saved is None and previous >= 0:
+            self.logger.warning(f"site {ctx.site_name} has no saved state of this job before round {previous + 2}: "
+                                "it takes part from here as a new participant (fresh personal layers)")
+        state = saved[1] if saved is not None else self._strategy.fresh_state(self._new_model().state_dict())
         net = self._new_model().to(ctx.device)
         net.load_state_dict(state.model)
         received = model.params or {}

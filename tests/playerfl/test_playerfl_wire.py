@@ -82,6 +82,24 @@ def test_local_suffix_is_kept_between_rounds_and_across_a_restart(tmp_path):
     assert not all(torch.equal(uninterrupted[k], forgotten[k]) for k in suffix)
 
 
+def test_a_site_back_after_missing_rounds_starts_from_its_own_last_state(tmp_path):
+    """A site restarted mid-job (a new job process) misses rounds 3 and 4 and is sent round 5: its local suffix is
+    the one it saved after its last round (round 2), not fresh weights; a site that lost its disk starts fresh."""
+    ctx, task = _context(tmp_path), _task("playerfl")
+    task.task_train(_global(6, "playerfl", 0), ctx)
+    task.task_train(_global(3, "playerfl", 1), ctx)
+    before_the_kill = _saved_model(ctx.workspace_dir)
+    suffix = [k for k in before_the_kill if k.startswith(("conv4", "conv5", "fc"))]
+
+    _, _, back = _task("playerfl")._prepare(_global(3, "playerfl", 4), ctx)
+    for saved in (ctx.workspace_dir / "playerfl").rglob("*.pt"):
+        saved.unlink()
+    _, _, forgot = _task("playerfl")._prepare(_global(3, "playerfl", 4), ctx)
+
+    assert all(torch.equal(back.state_dict()[k], before_the_kill[k]) for k in suffix)
+    assert not all(torch.equal(forgot.state_dict()[k], before_the_kill[k]) for k in suffix)
+
+
 def test_local_sends_no_parameters_and_fedlp_sends_whole_layers(tmp_path):
     ctx = _context(tmp_path)
     layers = model_layers(build_model("cnn5", **MODEL_ARGS))

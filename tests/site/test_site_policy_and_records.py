@@ -86,6 +86,19 @@ def test_ledger_charges_within_the_budget_and_refuses_past_it(tmp_path):
     assert (ledger.journal.path.stat().st_mode & 0o777) == 0o600
 
 
+def test_a_job_started_again_at_a_returning_site_is_charged_once_and_never_refused_for_its_own_spend(tmp_path):
+    """A site back after a restart is deployed and started the same job again: the job paid when it first started
+    here, so neither its deploy's budget check nor its start counts it a second time; another job still does."""
+    ledger, policy = Ledger(tmp_path), SitePolicy(budget_epsilon=10.0, budget_delta=1e-4)
+    spend = job_spend(SitePrivacy("fedkt-csd", DP_STATISTICS, epsilon=6.0, delta=1e-5, min_clients=3))
+
+    assert ledger.charge("job-1", "fedkt-csd", "lead@x.org", spend, policy) == ""
+    assert ledger.refusal(spend, policy, "job-1") == ""
+    assert ledger.charge("job-1", "fedkt-csd", "lead@x.org", spend, policy) == ""
+    assert ledger.refusal(spend, policy, "job-2") != "" and ledger.charge("job-2", "fedkt-csd", "l", spend, policy)
+    assert [e["job_id"] for e in ledger.entries()] == ["job-1"] and ledger.totals().epsilon == 6.0
+
+
 def test_audit_log_appends_one_json_line_per_event_and_prints_a_table(tmp_path):
     log = AuditLog(tmp_path / "records")
 
