@@ -19,7 +19,8 @@ from nvflare.fuel.flare_api.api_spec import NoConnection, SessionClosed
 from nvflare.fuel.flare_api.flare_api import Session, new_secure_session
 
 from server_app.recovery import REASON_KEY, RESUMED_AS_KEY
-from server_app.results import RESULTS_FILE
+from server_app.rejoin import SITE_RETURNS_KEY
+from server_app.results import RESULTS_FILE, RETURNS_KEY
 
 COMPLETED = "FINISHED:COMPLETED"
 FAILED_TO_RUN = "FINISHED:FAILED_TO_RUN"
@@ -141,16 +142,25 @@ def follow_job(session: Session, job_id: str, timeout: float = 600.0, download: 
         result_dir = link.run(_download, job_id) if download and status in DOWNLOADABLE else None
     finally:
         link.close_own()
-    return JobOutcome(job_id, status, meta, result_dir)
+    outcome = JobOutcome(job_id, status, meta, result_dir)
+    for line in return_lines(outcome.results()):
+        say(f"job {job_id}: {line}")
+    return outcome
+
+
+def return_lines(results: dict[str, Any]) -> list[str]:
+    """One line per time a site took part again after missing rounds: "site-2 back at round 5 (missed 3, 4)"."""
+    return [f"{site} back at round {back['back_at_round']} (missed {', '.join(str(r) for r in back['missed'])})"
+            for site, backs in sorted((results.get(RETURNS_KEY) or {}).items()) for back in backs]
 
 
 def _follow(
     link: Reconnecting, job_id: str, timeout: float, say: Callable[[str], None]
 ) -> tuple[str, str, dict[str, Any]]:
     """Polls the job's meta through a session that reconnects, so it rides out a server restart; says once why a waiting
-    job has not started, follows a job that recovery resumed under a new id, and aborts a job that runs past the timeout
-    rather than leave it running unattended."""
-    last_status, last_wait = None, ""
+    job has not started, says when a site that restarted is back in the job (or why not), follows a job that recovery
+    resumed under a new id, and aborts a job that runs past the timeout rather than leave it running unattended."""
+    last_status, last_wait, returns_told = None, "", 0
     deadline = time.monotonic() + timeout
     while True:
         meta = link.run(Session.get_job_meta, job_id)
@@ -158,6 +168,10 @@ def _follow(
         if status != last_status:
             say(f"job {job_id}: {status}")
             last_status = status
+        returns = meta.get(SITE_RETURNS_KEY) or []
+        for back in returns[returns_told:]:  # the server's main process writes one entry per returning site
+            say(f"job {job_id}: {back.get('site')} registered again: {back.get('detail')}")
+        returns_told = len(returns)
         wait = waiting_reason(meta) if status in WAITING else ""
         wait = "" if wait == "scheduled" else wait  # FLARE's entry once it dispatches the job
         if wait and wait != last_wait:
@@ -165,7 +179,7 @@ def _follow(
         last_wait = wait
         if status.startswith("FINISHED") and meta.get(RESUMED_AS_KEY):
             say(f"job {job_id}: {meta.get(REASON_KEY, 'interrupted')}; resumed as job {meta[RESUMED_AS_KEY]}")
-            job_id, last_status = str(meta[RESUMED_AS_KEY]), None
+            job_id, last_status, returns_told = str(meta[RESUMED_AS_KEY]), None, 0
             continue
         if status.startswith("FINISHED"):
             return job_id, status, _with_deploy_detail(link, job_id, meta)

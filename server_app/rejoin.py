@@ -28,7 +28,8 @@ is never redeployed: registration means a new client process, which runs no job.
 The FLARE 2.9 internals used (tests/server/test_rejoin_internals.py fails when they change):
 `JobRunner.running_jobs`, `JobRunner._make_deploy_message`, `JobRunner._pending_client_outcomes` and its `lock`,
 `ServerEngine.run_processes` / `exception_run_processes`, `ServerEngine.check_client_resources`,
-`ServerEngine.start_client_job`, `ServerEngine.send_app_command`, `AdminServer.send_requests_and_get_reply_dict`.
+`ServerEngine.start_client_job` with `check_client_replies`, `ServerEngine.send_app_command`,
+`AdminServer.send_requests_and_get_reply_dict`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from nvflare.apis.fl_constant import FLContextKey, RunProcessKey
 from nvflare.apis.job_def import ALL_SITES, Job, JobMetaKey
 from nvflare.apis.job_scheduler_spec import DispatchInfo
 from nvflare.private.admin_defs import MsgHeader, ReturnCode
+from nvflare.private.fed.server.admin import check_client_replies
 from nvflare.private.fed.server.job_runner import JobRunner
 from nvflare.private.fed.utils.fed_utils import extract_participants
 from nvflare.utils.job_launcher_utils import get_resource_manager_spec
@@ -150,10 +152,11 @@ class Rejoin:
             engine.send_app_command(self.job_id, SYNC_SITES_TOPIC, {"site": self.site}, timeout=10.0)
             replies = engine.start_client_job(job, {self.site: DispatchInfo(app_name, resources, reservation)},
                                               fl_ctx)
-            answer = replies[0].reply if replies else None
-            body = str(getattr(answer, "body", "") or "")
-            if answer is None or body != "OK":
-                return f"the site did not start the job again: {body or 'no answer'}"
+            try:
+                if check_client_replies(replies, [self.site], "start the job", strict=True):
+                    return "the site did not answer the start of the job"
+            except RuntimeError as exc:  # FLARE's words: the site's error
+                return f"the site did not start the job again: {' '.join(str(exc).split())}"
         runner = engine.job_runner
         with runner.lock:
             runner._pending_client_outcomes.setdefault(self.job_id, set()).add(self.site)

@@ -157,6 +157,7 @@ def test_a_dead_job_process_is_named_and_a_restarted_site_takes_part_again(fault
     part in. results.json says when site-3 came back and which rounds it missed."""
     federation, loopback = fault_federation
     job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=8, min_clients=1)), tmp_path)
+    said: list[str] = []  # what `fl-job submit` prints
     session = loopback.session(ADMIN)
     try:
         job_id = submit(session, job_dir)
@@ -166,7 +167,7 @@ def test_a_dead_job_process_is_named_and_a_restarted_site_takes_part_again(fault
         loopback.kill_participant("site-3")
         time.sleep(20)
         loopback.bring_up(ADMIN)  # site-3 again, mid-job
-        outcome = follow_job(session, job_id, timeout=300, progress=None)
+        outcome = follow_job(session, job_id, timeout=300, progress=said.append)
     finally:
         session.close()
         loopback.bring_up(ADMIN)
@@ -182,8 +183,41 @@ def test_a_dead_job_process_is_named_and_a_restarted_site_takes_part_again(fault
     back = [r["round"] for r in rounds if r["round"] > missed[-1]["round"]]
     assert back and all("site-3" in rounds[n - 1]["sites"] for n in back), [r["sites"] for r in rounds]
     assert results["returns"]["site-3"] == [{"back_at_round": back[0], "missed": [r["round"] for r in missed]}]
+    assert any("site-3 registered again: its job was deployed and started again" in line for line in said), said
+    assert f"job {job_id}: site-3 back at round {back[0]} (missed {', '.join(str(r['round']) for r in missed)})" \
+        in said, said
     assert rounds[-1]["global_weights"]["weight"] == pytest.approx(
         _reference_weights([sorted(r["sites"]) for r in rounds]), abs=1e-5)
+
+
+def test_with_every_site_required_a_site_back_within_the_quorum_wait_lets_the_job_complete(fault_federation,
+                                                                                         tmp_path):
+    """min_clients = every site, quorum_wait_s 120: site-2's client and job process are killed during a round and
+    started again 20 s later. The round waits for it, sends the round again once the server has deployed the job
+    to it, and the job completes with all three sites in every round and the uninterrupted reference weights."""
+    federation, loopback = fault_federation
+    rounds = 6
+    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=rounds, min_clients=len(SITES), quorum_wait_s=120)),
+                     tmp_path)
+    said: list[str] = []
+    session = loopback.session(ADMIN)
+    try:
+        job_id = submit(session, job_dir)
+        wait_for_rounds(federation, job_id, 2)
+        loopback.kill_participant("site-2")
+        time.sleep(20)
+        loopback.bring_up(ADMIN)
+        outcome = follow_job(session, job_id, timeout=300, progress=said.append)
+    finally:
+        session.close()
+        loopback.bring_up(ADMIN)
+
+    results = outcome.results()
+    assert outcome.completed and results["status"] == "finished", results.get("error")
+    assert [sorted(r["sites"]) for r in results["rounds"]] == [SITES] * rounds
+    assert any("site-2" in r.get("waited_for_sites", {}) for r in results["rounds"]), results["rounds"]
+    assert any("site-2 registered again: its job was deployed and started again" in line for line in said), said
+    assert results["rounds"][-1]["global_weights"]["weight"] == pytest.approx(_reference_weights(rounds), abs=1e-5)
 
 
 def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_federation, tmp_path):

@@ -16,7 +16,7 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.apis.job_def import Job
 from nvflare.private.admin_defs import Message
 from nvflare.private.defs import RequestHeader, TrainingTopic
-from nvflare.private.fed.server.admin import FedAdminServer
+from nvflare.private.fed.server.admin import FedAdminServer, check_client_replies
 from nvflare.private.fed.server.job_runner import JobRunner
 from nvflare.private.fed.server.server_engine import ServerEngine
 
@@ -47,6 +47,7 @@ def test_the_engine_and_admin_server_calls_a_rejoin_makes_exist_with_their_argum
         ServerEngine.sync_clients_from_main_process: [],
         ServerEngine.get_client_from_name: ["client_name"],
         FedAdminServer.send_requests_and_get_reply_dict: ["requests", "timeout_secs"],
+        check_client_replies: ["replies", "client_sites", "command", "strict"],
     }
     for call, arguments in calls.items():
         names = [p for p in inspect.signature(call).parameters if p not in ("self", "args", "kwargs")]
