@@ -61,12 +61,14 @@ class LoopbackFederation:
 
     def _start(self, name: str, kit: Path, module: str, config: str, extra: list[str],
                prefix: tuple[str, ...] = ()) -> Participant:
+        return self._run(name, kit, [*prefix, self.python, "-u", "-m", module, "-m", str(kit), "-s", config, "--set",
+                                     "secure_train=true", f"org={_org_of(kit)}", "config_folder=config", *extra])
+
+    def _run(self, name: str, kit: Path, command: list[str]) -> Participant:
         if name in self.participants and self.participants[name].process.poll() is None:
             raise RuntimeError(f"{name} is already running (pid {self.participants[name].process.pid})")
         log_path = kit / "process.log"
         log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")  # names local files
-        command = [*prefix, self.python, "-u", "-m", module, "-m", str(kit), "-s", config, "--set", "secure_train=true",
-                   f"org={_org_of(kit)}", "config_folder=config", *extra]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         # umask 077: the job workspaces, logs, storage and checkpoints FLARE writes are the owner's only
         process = subprocess.Popen(command, cwd=kit, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -106,6 +108,12 @@ class LoopbackFederation:
         it through another command (`ip netns exec NS`: behind an emulated link, federation_tools.wan)."""
         return self._start(name, kit or self.federation.kit(name), CLIENT_MODULE, "fed_client.json", [f"uid={name}"],
                            prefix)
+
+    def start_site_agent(self, name: str) -> Participant:
+        """Start a site as its IT runs it, and as its service does after a reboot: `site-agent start --kit KIT`
+        (which checks the kit and starts the FLARE client as its child); `wait_for_sites` waits for it to join."""
+        kit = self.federation.kit(name)
+        return self._run(name, kit, [self.python, "-u", "-m", "site_agent.cli", "start", "--kit", str(kit)])
 
     def bring_up(self, admin: str) -> None:
         """Start the server and every site that is not running now (all at first; later, the ones killed), then

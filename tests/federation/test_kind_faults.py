@@ -6,6 +6,8 @@ Processes are killed by their own PIDs (SIGKILL, as a crash would); test_faults.
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -106,6 +108,37 @@ def test_job_kind_survives_a_dead_site_a_server_restart_and_an_abort(fault_feder
     assert without_site_3 and "stopped answering" in without_site_3[0]["outcomes"]["site-3"], without_site_3[0]
     assert aborted.status == "FINISHED:ABORTED" and aborted.results()["status"] == "aborted"
     assert len(aborted.results()["rounds"]) >= 1
+
+
+def test_a_rebooted_playerfl_site_comes_back_into_its_job_with_its_personal_layers(fault_federation, tmp_path):
+    """site-3's machine "reboots" during a PLayer-FL job: every process of its kit is killed and, 15 s later, its
+    service runs `site-agent start` as site IT set it up. The server deploys the running job to it again; it is
+    sent the next round, starts it from the state it saved after its last round before the reboot (its personal
+    layers as it left them), and the job completes with site-3 in its last round."""
+    federation, loopback = fault_federation
+    params = PLayerFLParams(**{**DEMO_JOB_ARGS, "num_rounds": 5, "local_epochs": 1, "min_clients": 2})
+    job_dir = export(build_job(PLAYERFL, params), tmp_path)
+    session = loopback.session(ADMIN)
+    try:
+        job_id = submit(session, job_dir)
+        wait_for_rounds(federation, job_id, 1, timeout=300)
+        loopback.kill_participant("site-3")
+        time.sleep(15)
+        loopback.start_site_agent("site-3")
+        loopback.wait_for_sites(ADMIN, SITES)
+        outcome = follow_job(session, job_id, timeout=600, progress=None)
+    finally:
+        session.close()
+
+    results = outcome.results()
+    rounds = results["rounds"]
+    assert outcome.completed, outcome.refusal()
+    assert "site-3" in rounds[-1]["sites"] and results["returns"]["site-3"], [r["sites"] for r in rounds]
+    back = results["returns"]["site-3"][0]
+    last_before = max(r["round"] for r in rounds if r["round"] < back["back_at_round"] and "site-3" in r["sites"])
+    site_log = (federation.kit("site-3") / job_id / "log.txt").read_text(errors="replace")
+    said = re.search(r"site site-3 is back at round (\d+) with its state after round (\d+)", site_log)
+    assert said and int(said.group(2)) == last_before, said and said.group(0)
 
 
 def test_inference_goes_on_without_a_dead_site_and_stops_named_on_a_server_restart_or_an_abort(fault_federation,
