@@ -9,6 +9,7 @@ by PID (SIGKILL).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -191,3 +192,33 @@ def test_a_masked_segmentation_job_survives_a_dead_site_a_server_restart_and_an_
     theirs = torch.load(plain.server_app_dir() / "global_model.pt", weights_only=True)
     for name, value in theirs.items():
         np.testing.assert_allclose(ours[name].numpy(), value.numpy(), rtol=0, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.timeout(600)
+def test_a_site_back_after_a_restart_joins_the_next_rounds_masking_session_with_fresh_keys(fedkt_federation,
+                                                                                         tmp_path):
+    """Masked brats-segmentation on four sites (three must survive): site-4's client and job process are killed
+    after round 1 and started again 10 s later. The server deploys the job to it again; it never joins a session
+    it has no keys for, and is in the key exchange of a later round with fresh keys; the job completes."""
+    federation, loopback, _ = fedkt_federation
+    job_dir = export(build_job(SEGMENTATION, MASKED.replace(num_rounds=4)), tmp_path)
+    session = loopback.session(ADMIN)
+    try:
+        job_id = submit(session, job_dir)
+        wait_for_rounds(federation, job_id, 1, timeout=300)
+        loopback.kill_participant("site-4")
+        time.sleep(10)
+        loopback.bring_up(ADMIN)
+        outcome = follow_job(session, job_id, timeout=600, progress=None)
+    finally:
+        session.close()
+        loopback.bring_up(ADMIN)
+
+    results = outcome.results()
+    rounds = results["rounds"]
+    assert outcome.completed, outcome.refusal()
+    back = results["returns"]["site-4"][0]["back_at_round"]
+    exchanges = {r["round"]: r["secure_aggregation"]["key_exchange"] for r in rounds}
+    assert "site-4" in exchanges[back] and rounds[back - 1]["secure_aggregation"]["survivors"] == SITES, exchanges
+    sessions = [r["secure_aggregation"]["session"] for r in rounds]
+    assert len(set(sessions)) == len(sessions)  # a fresh session, and fresh keys, every round
