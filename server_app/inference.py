@@ -40,7 +40,8 @@ class InferenceController(SiteAwareController):
     def run(self) -> None:
         """One `infer` task and no rounds: the model is loaded and checked before any site is asked, so a wrong model
         file fails at the server rather than at every site, and results.json says which sites answered and why the
-        others did not."""
+        others did not. A site that restarted during the task is sent it again once the server has deployed the job
+        to it again (`sent_again`), so its cases are segmented before the job ends."""
         recorder = RunRecorder(Path(self.get_app_dir()), {"workflow": "inference", "model": MODEL,
                                                           "model_args": self.model_args, "model_key": self.job.model,
                                                           "model_file": self.job.model_file,
@@ -58,6 +59,14 @@ class InferenceController(SiteAwareController):
         results = cast(list[FLModel], self.broadcast_model(data=data, task_name=INFERENCE_TASK,
                                                            min_responses=self.job.min_clients,
                                                            wait_time_after_min_received=LATE_SITE_WAIT_S))
+        back = [] if self.abort_signal.triggered else \
+            self.rejoined_sites(missing_sites(self.site_names(), {site_name(r) for r in results}))
+        if back:  # restarted during the task and deployed the job again: their cases still need segmenting
+            self.info(f"{', '.join(back)} back in the job; sending the model to them again")
+            recorder.record["sent_again"] = back
+            results += cast(list[FLModel], self.broadcast_model(data=data, task_name=INFERENCE_TASK, targets=back,
+                                                                min_responses=len(back),
+                                                                wait_time_after_min_received=LATE_SITE_WAIT_S))
         sites = {site_name(r): scalar_metrics(r) for r in sorted(results, key=site_name)}
         recorder.record["sites"] = sites
         recorder.record["no_result"] = missing_sites(self.site_names(), sites)

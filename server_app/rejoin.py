@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from nvflare.apis.fl_constant import FLContextKey, RunProcessKey
 from nvflare.apis.job_def import ALL_SITES, Job, JobMetaKey
@@ -58,6 +58,7 @@ SITE_RETURNS_KEY = "site_returns"
 FIRST_HEARTBEAT_WAIT_S = 30.0
 """How long a rejoin waits for the new client's first heartbeat before it deploys anyway."""
 DEPLOY_TIMEOUT_S = 60.0
+JOB_START_WAIT_S = 90.0
 
 
 class Heartbeats:
@@ -80,12 +81,12 @@ class Heartbeats:
 
 
 def jobs_listing(engine: Any, site: str) -> list[str]:
-    """The running jobs (FLARE's job runner runs them, their server process is up) that `site` takes part in."""
-    running = engine.job_runner.running_jobs
+    """The jobs whose server process runs (not failed) that `site` takes part in; one still starting at its other
+    sites counts (FLARE lists it as running only once every site answered its start)."""
     jobs = []
     for job_id, info in dict(engine.run_processes).items():
         participants = (info or {}).get(RunProcessKey.PARTICIPANTS) or {}
-        if job_id in running and job_id not in engine.exception_run_processes and \
+        if job_id not in engine.exception_run_processes and \
                 any(getattr(client, "name", None) == site for client in participants.values()):
             jobs.append(job_id)
     return jobs
@@ -125,10 +126,21 @@ class Rejoin:
             self._record(REJOINED, f"its job was deployed and started again {time.time() - self.started:.1f} s "
                                    "after it registered")
 
+    def running_job(self) -> Job | None:
+        """The job as FLARE's job runner runs it, once its start at the other sites has ended (it waits up to 20 s for
+        each site's answer, a site that was killed during the start included); None when it ended first."""
+        deadline = time.monotonic() + JOB_START_WAIT_S
+        while self.job_id in self.engine.run_processes and time.monotonic() < deadline:
+            job = self.engine.job_runner.running_jobs.get(self.job_id)
+            if job is not None:
+                return cast(Job, job)
+            time.sleep(0.5)
+        return None
+
     def rejoin(self) -> str:
         """Deploy and start the job at the site; the reason it cannot, or ""."""
         engine = self.engine
-        job: Job | None = engine.job_runner.running_jobs.get(self.job_id)
+        job = self.running_job()
         client = engine.get_client_from_name(self.site)
         if job is None or self.job_id not in engine.run_processes:
             return "the job ended before the site was back"

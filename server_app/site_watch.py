@@ -21,11 +21,13 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.app_common.workflows.model_controller import ModelController
 
 from server_app.rejoin import accept_returning_sites
-from server_app.site_events import describe, last_event_by_site
+from server_app.site_events import REJOINED, RETURNED, describe, last_event_by_site
 
 LATE_SITE_WAIT_S = 600
 """Seconds a task waits for the other sites once `min_clients` answered (a site FLARE deems dead ends it sooner)."""
 NO_REASON_HEARD = "no reason heard (the site's client or job process stopped, or it was too late)"
+REJOIN_WAIT_S = 120.0
+"""How long a one-task workflow waits for the server to deploy its job again to a site that registered again."""
 
 
 class SiteAwareController(ModelController):
@@ -60,6 +62,19 @@ class SiteAwareController(ModelController):
             if gone_since and site not in reasons:
                 reasons[site] = f"FLARE deems it disconnected since {time.ctime(gone_since)}"
         return reasons
+
+    def rejoined_sites(self, missing: Iterable[str], timeout: float = REJOIN_WAIT_S) -> list[str]:
+        """The `missing` sites whose client registered again during this job and whose job the server's main process
+        has started there again (`server_app.rejoin`), waiting up to `timeout` for the deploys still under way: a
+        one-task workflow sends them its task again."""
+        missing, run_dir = sorted(missing), Path(self.get_app_dir()).parent
+        deadline = time.monotonic() + timeout
+        while True:
+            events = last_event_by_site(run_dir, self._started_at)
+            kinds = {site: events[site].kind for site in missing if site in events}
+            if RETURNED not in kinds.values() or time.monotonic() >= deadline or self.abort_signal.triggered:
+                return [site for site, kind in kinds.items() if kind == REJOINED]
+            time.sleep(1.0)
 
     @property
     def stopped_by_flare(self) -> str:

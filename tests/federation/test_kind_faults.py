@@ -143,8 +143,9 @@ def test_a_rebooted_playerfl_site_comes_back_into_its_job_with_its_personal_laye
 
 def test_inference_goes_on_without_a_dead_site_and_stops_named_on_a_server_restart_or_an_abort(fault_federation,
                                                                                              tmp_path):
-    """brats-inference is one task: a site killed during it is named and the others' cases are segmented; the
-    server killed during it closes the job with 'submit it again'; an abort stops it."""
+    """brats-inference is one task: a site killed during it and started again at once (a service's restart) is
+    sent the task again once the server has deployed the job to it again, and every site's cases are segmented;
+    the server killed during it closes the job with 'submit it again'; an abort stops it."""
     federation, loopback = fault_federation
     job_dir = export(build_job(INFERENCE_KIND, INFERENCE), tmp_path)
     session = loopback.session(ADMIN)
@@ -152,6 +153,7 @@ def test_inference_goes_on_without_a_dead_site_and_stops_named_on_a_server_resta
         finished_id = submit(session, job_dir)
         wait_for_server_log(federation, finished_id, "to the sites")
         loopback.kill_participant("site-3")
+        loopback.bring_up(ADMIN)
         finished = follow_job(session, finished_id, timeout=300, progress=None)
         interrupted = submit(session, job_dir)
         wait_for_server_log(federation, interrupted, "to the sites")
@@ -171,7 +173,7 @@ def test_inference_goes_on_without_a_dead_site_and_stops_named_on_a_server_resta
 
     results = finished.results()
     assert finished.completed and results["status"] == "finished", finished.refusal()
-    assert results["no_result"] == ["site-3"] and sorted(results["sites"]) == ["site-1", "site-2"]
+    assert results["sent_again"] == ["site-3"] and results["no_result"] == [] and sorted(results["sites"]) == SITES
     assert all(r["cases_segmented"] == INFERENCE_CASES for r in results["sites"].values())
     assert closed.status == "FINISHED:ABNORMAL" and "submit it again" in closed.meta.get("interrupted", "")
     assert aborted.status == "FINISHED:ABORTED" and aborted.results()["status"] == "aborted"

@@ -62,18 +62,20 @@ def test_a_site_app_is_found_by_name_or_through_all_sites():
     assert site_app(_job({"app": ["server", "site-1"]}), "site-2") == ""
 
 
-def _engine(participants: dict[str, Client], running: bool = True, failed: bool = False) -> SimpleNamespace:
+def _engine(participants: dict[str, Client], failed: bool = False) -> SimpleNamespace:
     return SimpleNamespace(run_processes={"j1": {RunProcessKey.PARTICIPANTS: participants}},
                            exception_run_processes={"j1": {}} if failed else {},
-                           job_runner=SimpleNamespace(running_jobs={"j1": object()} if running else {}))
+                           job_runner=SimpleNamespace(running_jobs={}))
 
 
-def test_only_a_running_unfailed_job_that_lists_the_site_is_rejoined():
+def test_only_a_job_whose_server_process_runs_unfailed_and_lists_the_site_is_rejoined():
     old = {"t-old": Client("site-2", "t-old"), "t-1": Client("site-1", "t-1")}
     assert jobs_listing(_engine(old), "site-2") == ["j1"]
     assert jobs_listing(_engine(old), "site-3") == []
-    assert jobs_listing(_engine(old, running=False), "site-2") == []
     assert jobs_listing(_engine(old, failed=True), "site-2") == []
+    engine = _engine(old)
+    engine.run_processes.clear()
+    assert jobs_listing(engine, "site-2") == []
 
 
 def test_the_new_token_replaces_the_old_one_among_the_participants():
