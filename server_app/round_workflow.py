@@ -98,7 +98,8 @@ class RoundWorkflow(SiteAwareController):
             intake, waited = self.run_round(round_index)
             if intake is None:
                 return
-            entry: dict[str, Any] = {"round": round_index + 1, **intake.record(), "outcomes": self.outcomes(intake)}
+            entry: dict[str, Any] = {"round": round_index + 1, **intake.record(), "outcomes": self.outcomes(intake),
+                                     "ended_at": round(time.time(), 3)}  # wall clock: when its updates were all in
             if waited:
                 entry["waited_for_sites"] = waited
             meter = self.engine.get_component(METER_ID)

@@ -24,6 +24,7 @@ AUDIT_FILE = "audit_log.jsonl"
 
 JOB_SEEN = "job_seen"
 JOB_ACCEPTED = "job_accepted"
+JOB_REDEPLOYED = "job_redeployed"  # deployed again after this site's restart mid-job; the earlier run folder kept
 JOB_REFUSED = "job_refused"
 JOB_STARTED = "job_started"
 JOB_REFUSED_AT_START = "job_refused_at_start"

@@ -46,7 +46,7 @@ from fl_contract.job_params import job_params
 from fl_contract.job_privacy import PARAMETERS, SitePrivacy
 from fl_contract.params import JobParams, ParameterError
 from site_agent.accounting import job_spend
-from site_agent.audit import JOB_ACCEPTED, JOB_REFUSED, AuditLog
+from site_agent.audit import JOB_ACCEPTED, JOB_REDEPLOYED, JOB_REFUSED, AuditLog
 from site_agent.policy import PolicyInForce
 from site_agent.site_config import SiteConfig, SiteConfigError
 
@@ -223,6 +223,9 @@ class SiteDeployer(AppDeployer):  # type: ignore[misc]  # FLARE ships no type in
         if reason:
             audit.record(JOB_REFUSED, job_id, reason=reason)
             return f"refused at deploy: {reason}"
+        kept = keep_interrupted_run(Path(workspace.get_run_dir(job_id)))
+        if kept is not None:
+            audit.record(JOB_REDEPLOYED, job_id, kept=kept.name)
         error = str(super().deploy(workspace, job_id, job_meta, app_name, app_data, fl_ctx) or "")
         if error:
             audit.record(JOB_REFUSED, job_id, reason=error)
@@ -230,6 +233,19 @@ class SiteDeployer(AppDeployer):  # type: ignore[misc]  # FLARE ships no type in
         audit.record(JOB_ACCEPTED, job_id, epsilon=spend.epsilon if spend else None,
                      delta=spend.delta if spend else None)
         return ""
+
+
+def keep_interrupted_run(run_dir: Path) -> Path | None:
+    """A job deployed here again (the server's answer to this site's restart mid-job) finds the folder its earlier
+    job process ran in, whose log says why it stopped; FLARE's deployer would delete it. It is kept beside, as
+    `<job id>.before-restart-N`; returns where (None when there was none)."""
+    if not run_dir.is_dir():
+        return None
+    n = 1
+    while (kept := run_dir.with_name(f"{run_dir.name}.before-restart-{n}")).exists():
+        n += 1
+    run_dir.rename(kept)
+    return kept
 
 
 SITE_DEPLOYER_PATH = f"{SiteDeployer.__module__}.{SiteDeployer.__qualname__}"

@@ -23,7 +23,9 @@ from jobs.admin import JobOutcome, follow_job
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.provision import Federation
+from site_agent.audit import AuditLog
 from site_agent.data.linear_demo import generate_linear_sites
+from site_agent.ledger import Ledger
 
 pytestmark = pytest.mark.federation
 
@@ -188,6 +190,11 @@ def test_a_dead_job_process_is_named_and_a_restarted_site_takes_part_again(fault
         in said, said
     assert rounds[-1]["global_weights"]["weight"] == pytest.approx(
         _reference_weights([sorted(r["sites"]) for r in rounds]), abs=1e-5)
+    site_3 = federation.kit("site-3")
+    events = [e["event"] for e in AuditLog(site_3 / "local").entries(job_id)]
+    assert events.count("job_started") == 2 and "job_redeployed" in events, events  # started again, the run kept
+    assert [e["job_id"] for e in Ledger(site_3 / "local").entries()].count(job_id) == 1  # charged once
+    assert "log.txt" in {p.name for p in (site_3 / f"{job_id}.before-restart-1").iterdir()}
 
 
 def test_with_every_site_required_a_site_back_within_the_quorum_wait_lets_the_job_complete(fault_federation,
