@@ -23,7 +23,8 @@ FLARE tells a job's workflow that a site is gone but never why; the component re
 (a job process that failed and how, a client that stopped answering, a client that registered again mid-job) in
 the job's run folder (`server_app.site_events`), where the workflow reads it to name each site's outcome; a client
 that registers again mid-job is reported gone to the job, which FLARE does not do when it is back within the
-server's heartbeat timeout.
+server's heartbeat timeout, and is then given the job again: deployed, started and taken back by the job's
+workflow (`server_app.rejoin`, unless `rejoin` is switched off).
 """
 
 from __future__ import annotations
