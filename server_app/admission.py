@@ -23,7 +23,7 @@ running jobs are untouched. A list that cannot be read keeps the last good one i
 with none read yet, every registration is refused: the server fails closed.
 
 A registration that arrives while the server is still starting is told to try again: FLARE 2.9 opens its port and
-admin server before it puts its own configuration in its context (`server_train.py` sets `SERVER_CONFIG` and
+admin server before it puts its own configuration in its context (its start-up sets `SERVER_CONFIG` and
 `SECURE_MODE` last), and in that window it signs the new token with no credentials ("NA") and checks no identity;
 the client or admin so registered fails every later message ("invalid auth token signature") until it restarts.
 Answered "try again" (a connection error to the identity challenge, no token to the registration), FLARE's client
@@ -201,7 +201,7 @@ def _previous_handler(server: Any, topic: str, fallback: Callable[[Message], Mes
 
 
 def server_ready(engine: Any) -> bool:
-    """FLARE's server has put its configuration in its context (`server_train.py`'s last step before "Server
+    """FLARE's server has put its configuration in its context (the last step of its start-up before "Server
     started"): from then on it signs tokens with its key and verifies the identities of those who register."""
     with engine.new_context() as fl_ctx:
         return fl_ctx.get_prop(FLContextKey.SECURE_MODE) is not None and \

@@ -178,7 +178,8 @@ def test_a_dead_job_process_is_named_and_a_restarted_site_takes_part_again(fault
     sends accepted updates again, and the final weights are the reference computed from the rounds each site took
     part in. results.json says when site-3 came back and which rounds it missed."""
     federation, loopback = fault_federation
-    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=8, min_clients=1)), tmp_path)
+    rounds_in_job = 40  # the rounds without site-3 take a second each: the job must outlast its 20 s away
+    job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=rounds_in_job, min_clients=1)), tmp_path)
     said: list[str] = []  # what `fl-job submit` prints
     session = loopback.session(ADMIN)
     try:
@@ -197,7 +198,7 @@ def test_a_dead_job_process_is_named_and_a_restarted_site_takes_part_again(fault
     results = outcome.results()
     rounds = results["rounds"]
     assert outcome.completed or _lost_a_dead_sites_upload(outcome), outcome.refusal()
-    assert results["status"] == "finished" and len(rounds) == 8
+    assert results["status"] == "finished" and len(rounds) == rounds_in_job
     without_site_2 = [r for r in rounds if "site-2" not in r["sites"]]
     assert without_site_2 and "job process" in without_site_2[0]["outcomes"]["site-2"], without_site_2[0]
     missed = [r for r in rounds if "site-3" not in r["sites"]]

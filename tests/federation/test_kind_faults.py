@@ -113,10 +113,11 @@ def test_job_kind_survives_a_dead_site_a_server_restart_and_an_abort(fault_feder
 def test_a_rebooted_playerfl_site_comes_back_into_its_job_with_its_personal_layers(fault_federation, tmp_path):
     """site-3's machine "reboots" during a PLayer-FL job: every process of its kit is killed and, 15 s later, its
     service runs `site-agent start` as site IT set it up. The server deploys the running job to it again; it is
-    sent the next round, starts it from the state it saved after its last round before the reboot (its personal
-    layers as it left them), and the job completes with site-3 in its last round."""
+    sent the round still waiting for it or, once that went on without it, the next one, and starts from the state
+    it saved after its last round before the reboot (its personal layers as it left them); the job completes with
+    site-3 in its last round."""
     federation, loopback = fault_federation
-    params = PLayerFLParams(**{**DEMO_JOB_ARGS, "num_rounds": 5, "local_epochs": 1, "min_clients": 2})
+    params = PLayerFLParams(**{**DEMO_JOB_ARGS, "num_rounds": 7, "local_epochs": 1, "min_clients": 2})
     job_dir = export(build_job(PLAYERFL, params), tmp_path)
     session = loopback.session(ADMIN)
     try:
@@ -133,12 +134,15 @@ def test_a_rebooted_playerfl_site_comes_back_into_its_job_with_its_personal_laye
     results = outcome.results()
     rounds = results["rounds"]
     assert outcome.completed, outcome.refusal()
-    assert "site-3" in rounds[-1]["sites"] and results["returns"]["site-3"], [r["sites"] for r in rounds]
-    back = results["returns"]["site-3"][0]
-    last_before = max(r["round"] for r in rounds if r["round"] < back["back_at_round"] and "site-3" in r["sites"])
+    assert "site-3" in rounds[-1]["sites"], [r["sites"] for r in rounds]
     site_log = (federation.kit("site-3") / job_id / "log.txt").read_text(errors="replace")
     said = re.search(r"site site-3 is back at round (\d+) with its state after round (\d+)", site_log)
-    assert said and int(said.group(2)) == last_before, said and said.group(0)
+    if results.get("returns", {}).get("site-3"):  # it missed rounds: it starts from its state before them
+        back = results["returns"]["site-3"][0]["back_at_round"]
+        last_before = max(r["round"] for r in rounds if r["round"] < back and "site-3" in r["sites"])
+        assert said and (int(said.group(1)), int(said.group(2))) == (back, last_before), said and said.group(0)
+    else:  # back within the round that waited for it: FLARE sent it that round, its state is the previous one
+        assert said is None and "no saved state" not in site_log
 
 
 def test_inference_goes_on_without_a_dead_site_and_stops_named_on_a_server_restart_or_an_abort(fault_federation,
