@@ -21,13 +21,6 @@ then verifies that the registering client holds its key. The list is re-read whe
 (`fl-provision` with the new site, then this one file copied to the running server's kit) needs no restart, and
 running jobs are untouched. A list that cannot be read keeps the last good one in force (and the log says why);
 with none read yet, every registration is refused: the server fails closed.
-
-A registration that arrives while the server is still starting is told to try again: FLARE 2.9 opens its port and
-admin server before it puts its own configuration in its context (its start-up sets `SERVER_CONFIG` and
-`SECURE_MODE` last), and in that window it signs the new token with no credentials ("NA") and checks no identity;
-the client or admin so registered fails every later message ("invalid auth token signature") until it restarts.
-Answered "try again" (a connection error to the identity challenge, no token to the registration), FLARE's client
-and the admin API wait their retry interval and register again.
 """
 
 from __future__ import annotations
@@ -43,7 +36,6 @@ from typing import Any
 from cryptography import x509
 from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_component import FLComponent
-from nvflare.apis.fl_constant import FLContextKey
 from nvflare.apis.fl_context import FLContext
 from nvflare.fuel.f3.cellnet.core_cell import make_reply
 from nvflare.fuel.f3.cellnet.defs import CellChannel, CellChannelTopic, IdentityChallengeKey
@@ -200,14 +192,6 @@ def _previous_handler(server: Any, topic: str, fallback: Callable[[Message], Mes
     return call
 
 
-def server_ready(engine: Any) -> bool:
-    """FLARE's server has put its configuration in its context (the last step of its start-up before "Server
-    started"): from then on it signs tokens with its key and verifies the identities of those who register."""
-    with engine.new_context() as fl_ctx:
-        return fl_ctx.get_prop(FLContextKey.SECURE_MODE) is not None and \
-            fl_ctx.get_prop(FLContextKey.SERVER_CONFIG) is not None
-
-
 class SiteAdmission(FLComponent):
     """At server start-up: registrations and heartbeats of names outside `local/participants.json` are refused.
 
@@ -219,18 +203,11 @@ class SiteAdmission(FLComponent):
         self.participants_file = participants_file
         self.participants: ParticipantsList | None = None
         self.registered: dict[str, str] = {}  # name -> the serial of the certificate it last registered with
-        self._engine: Any = None
-        self._ready = False
-
-    def server_ready(self) -> bool:
-        if not self._ready and self._engine is not None:
-            self._ready = server_ready(self._engine)
-        return self._ready
 
     def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
         if event_type != EventType.SYSTEM_BOOTSTRAP:  # before SYSTEM_START, as soon as the server's cell is up
             return
-        engine = self._engine = fl_ctx.get_engine()
+        engine = fl_ctx.get_engine()
         local = Path(engine.get_workspace().get_site_config_dir())
         self.participants = ParticipantsList(local / self.participants_file, self.logger.error)
         listed = self.participants.current()
@@ -254,25 +231,11 @@ class SiteAdmission(FLComponent):
                 (CellChannelTopic.HEART_BEAT, server.client_heartbeat, "heartbeat", log_out)):
             handler = self._checked(_previous_handler(server, topic, fallback), action, refused)
             server.cell.register_request_cb(channel=CellChannel.SERVER_MAIN, topic=topic, cb=handler)
-        challenge = _previous_handler(server, CellChannelTopic.Challenge, server.client_challenge)
-
-        def challenge_when_ready(request: Message) -> Message:
-            """Registration's first step; while the server starts, FLARE answers "not in secure mode", which ends
-            the client: answered as a connection error instead, the client retries."""
-            if not self.server_ready():
-                return make_reply(CellReturnCode.COMM_ERROR, "the server is starting; try again", None)
-            return challenge(request)
-
-        server.cell.register_request_cb(channel=CellChannel.SERVER_MAIN, topic=CellChannelTopic.Challenge,
-                                        cb=challenge_when_ready)
 
     def _checked(self, handler: Callable[[Message], Message], action: str,
                  on_refusal: Callable[[Message], None] | None) -> Callable[[Message], Message]:
         def check(request: Message) -> Message:
             name = str(request.get_header(CellMessageHeaderKeys.CLIENT_NAME))
-            if action == "registration" and not self.server_ready():
-                self.logger.info(f"the server is still starting: {name!r} is told to register again")
-                return make_reply(CellReturnCode.OK, "", {})  # no token: FLARE's clients retry
             client_type = request.get_header(CellMessageHeaderKeys.CLIENT_TYPE) or ClientType.REGULAR
             serial = _presented_serial(request) if action == "registration" else self.registered.get(name)
             assert self.participants is not None

@@ -170,8 +170,9 @@ class Rejoin:
             except RuntimeError as exc:  # FLARE's words: the site's error
                 return f"the site did not start the job again: {' '.join(str(exc).split())}"
         runner = engine.job_runner
-        with runner.lock:
-            runner._pending_client_outcomes.setdefault(self.job_id, set()).add(self.site)
+        with runner.lock:  # a job that ended meanwhile waits for no outcome (FLARE would fail it for the missing one)
+            if self.job_id in engine.run_processes and self.job_id in runner._pending_client_outcomes:
+                runner._pending_client_outcomes[self.job_id].add(self.site)
         return ""
 
     def _deploy(self, job: Job, app_name: str, token: str, fl_ctx: Any) -> str:

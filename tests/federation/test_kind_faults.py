@@ -6,7 +6,6 @@ Processes are killed by their own PIDs (SIGKILL, as a crash would); test_faults.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -113,11 +112,13 @@ def test_job_kind_survives_a_dead_site_a_server_restart_and_an_abort(fault_feder
 def test_a_rebooted_playerfl_site_comes_back_into_its_job_with_its_personal_layers(fault_federation, tmp_path):
     """site-3's machine "reboots" during a PLayer-FL job: every process of its kit is killed and, 15 s later, its
     service runs `site-agent start` as site IT set it up. The server deploys the running job to it again; it is
-    sent the round still waiting for it or, once that went on without it, the next one, and starts from the state
-    it saved after its last round before the reboot (its personal layers as it left them); the job completes with
-    site-3 in its last round."""
+    sent the round still waiting for it (every site is required) and starts from the state it saved after its last
+    round before the reboot (its personal layers as it left them; a site back after missed rounds starts from the
+    newest one it saved, test_playerfl_wire.py); the job completes with site-3 in every round."""
     federation, loopback = fault_federation
-    params = PLayerFLParams(**{**DEMO_JOB_ARGS, "num_rounds": 7, "local_epochs": 1, "min_clients": 2})
+    # every site required: the round waits for site-3 (quorum_wait_s), however long its reboot takes under load
+    params = PLayerFLParams(**{**DEMO_JOB_ARGS, "num_rounds": 4, "local_epochs": 1, "min_clients": 3,
+                               "quorum_wait_s": 300.0})
     job_dir = export(build_job(PLAYERFL, params), tmp_path)
     session = loopback.session(ADMIN)
     try:
@@ -134,21 +135,18 @@ def test_a_rebooted_playerfl_site_comes_back_into_its_job_with_its_personal_laye
     results = outcome.results()
     rounds = results["rounds"]
     assert outcome.completed, outcome.refusal()
-    assert "site-3" in rounds[-1]["sites"], [r["sites"] for r in rounds]
+    assert all("site-3" in r["sites"] for r in rounds), [r["sites"] for r in rounds]
+    assert any("site-3" in r.get("waited_for_sites", {}) for r in rounds), [r.get("waited_for_sites") for r in rounds]
     site_log = (federation.kit("site-3") / job_id / "log.txt").read_text(errors="replace")
-    said = re.search(r"site site-3 is back at round (\d+) with its state after round (\d+)", site_log)
-    if results.get("returns", {}).get("site-3"):  # it missed rounds: it starts from its state before them
-        back = results["returns"]["site-3"][0]["back_at_round"]
-        last_before = max(r["round"] for r in rounds if r["round"] < back and "site-3" in r["sites"])
-        assert said and (int(said.group(1)), int(said.group(2))) == (back, last_before), said and said.group(0)
-    else:  # back within the round that waited for it: FLARE sent it that round, its state is the previous one
-        assert said is None and "no saved state" not in site_log
+    assert "no saved state" not in site_log  # it went on from its own state, not as a new participant
+    assert (federation.kit("site-3") / f"{job_id}.before-restart-1").is_dir()  # its interrupted run, kept
 
 
 def test_inference_goes_on_without_a_dead_site_and_stops_named_on_a_server_restart_or_an_abort(fault_federation,
                                                                                              tmp_path):
-    """brats-inference is one task: a site killed during it and started again at once (a service's restart) is
-    sent the task again once the server has deployed the job to it again, and every site's cases are segmented;
+    """brats-inference is one task: a site killed during it and started again at once (a service's restart) gets
+    the task again once the server has deployed the job to it again (the task still waiting for it, or sent again),
+    and every site's cases are segmented;
     the server killed during it closes the job with 'submit it again'; an abort stops it."""
     federation, loopback = fault_federation
     job_dir = export(build_job(INFERENCE_KIND, INFERENCE), tmp_path)
@@ -177,7 +175,9 @@ def test_inference_goes_on_without_a_dead_site_and_stops_named_on_a_server_resta
 
     results = finished.results()
     assert finished.completed and results["status"] == "finished", finished.refusal()
-    assert results["sent_again"] == ["site-3"] and results["no_result"] == [] and sorted(results["sites"]) == SITES
+    # FLARE gives site-3's new job process the task still waiting for it, or the workflow sends it again
+    assert results.get("sent_again", ["site-3"]) == ["site-3"], results.get("sent_again")
+    assert results["no_result"] == [] and sorted(results["sites"]) == SITES
     assert all(r["cases_segmented"] == INFERENCE_CASES for r in results["sites"].values())
     assert closed.status == "FINISHED:ABNORMAL" and "submit it again" in closed.meta.get("interrupted", "")
     assert aborted.status == "FINISHED:ABORTED" and aborted.results()["status"] == "aborted"

@@ -8,16 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-from types import SimpleNamespace
 
 import pytest
-from nvflare.apis.fl_constant import FLContextKey
-from nvflare.apis.fl_context import FLContext
-from nvflare.apis.shareable import Shareable
-from nvflare.fuel.f3.cellnet.defs import CellChannelTopic, MessageHeaderKey
-from nvflare.fuel.f3.cellnet.defs import ReturnCode as CellReturnCode
-from nvflare.fuel.f3.cellnet.utils import new_cell_message
-from nvflare.private.defs import CellMessageHeaderKeys
 from support import ADMIN
 
 from jobs.admin import waiting_reason
@@ -28,7 +20,6 @@ from server_app.admission import (
     Participants,
     ParticipantsError,
     ParticipantsList,
-    SiteAdmission,
     read_participants,
     write_participants,
 )
@@ -118,43 +109,3 @@ def test_the_follower_reads_the_schedulers_latest_reason():
                                  "2026-12-01 10:51:45: connected sites (2) < min_sites (3); not connected: site-3"]}
     assert waiting_reason(meta) == "connected sites (2) < min_sites (3); not connected: site-3"
     assert waiting_reason({}) == "" and waiting_reason({"schedule_history": ["scheduled"]}) == "scheduled"
-
-
-class _Engine:
-    """What the admission component reads of FLARE's engine: the context FLARE's server start fills last."""
-
-    def __init__(self) -> None:
-        self.props: dict[str, object] = {}
-
-    def new_context(self) -> FLContext:
-        ctx = FLContext()
-        for key, value in self.props.items():
-            ctx.set_prop(key, value, private=True, sticky=False)
-        return ctx
-
-
-def test_while_the_server_starts_a_registration_or_challenge_is_told_to_try_again(tmp_path):
-    """FLARE 2.9 signs a token registered in its start-up window with no key ("NA"): the client or admin so
-    registered fails every later message. Until the server's context holds its configuration, the identity
-    challenge is answered as a connection error and the registration with no token (FLARE's clients retry both);
-    then FLARE's own handlers answer."""
-    called: list[str] = []
-    handlers: dict[str, object] = {}
-    cell = SimpleNamespace(register_request_cb=lambda channel, topic, cb: handlers.__setitem__(topic, cb),
-                           core_cell=SimpleNamespace(req_reg=SimpleNamespace(find=lambda channel, topic: None)))
-    server = SimpleNamespace(cell=cell, register_client=lambda r: called.append("register") or "token",
-                             client_heartbeat=lambda r: "beat", client_challenge=lambda r: called.append("challenge")
-                             or "nonce")
-    admission = SiteAdmission()
-    admission.participants = ParticipantsList(write_participants(tmp_path, LISTED), print)
-    admission._engine = engine = _Engine()
-    admission.guard(server)
-    request = new_cell_message({CellMessageHeaderKeys.CLIENT_NAME: "site-1"}, Shareable())
-
-    registered, challenged = handlers[CellChannelTopic.Register](request), handlers[CellChannelTopic.Challenge](request)
-    assert registered.get_header(MessageHeaderKey.RETURN_CODE) == CellReturnCode.OK and registered.payload == {}
-    assert challenged.get_header(MessageHeaderKey.RETURN_CODE) == CellReturnCode.COMM_ERROR and called == []
-
-    engine.props = {FLContextKey.SECURE_MODE: True, FLContextKey.SERVER_CONFIG: [{}]}
-    assert handlers[CellChannelTopic.Register](request) == "token"
-    assert handlers[CellChannelTopic.Challenge](request) == "nonce" and called == ["register", "challenge"]

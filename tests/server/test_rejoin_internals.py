@@ -2,7 +2,7 @@
 
 A FLARE upgrade that renames or reshapes one of them fails here, by name, before a hospital's restarted site
 silently sits out its jobs again. The whole path runs on the provisioned federation in
-tests/federation/test_faults.py and tests/federation/test_kind_faults.py.
+tests/federation/test_faults.py, tests/federation/test_kind_faults.py and tests/federation/test_fedkt_faults.py.
 """
 
 from __future__ import annotations
