@@ -152,8 +152,7 @@ def main() -> None:
     for seed in args.seeds:
         params = demo_params(args, seed)
         runs[names["fedavg"]].append(federated(params, data_root, args.out / f"fedavg-{seed}"))
-        sites = [load_site_data(data_root / site / "brats", params.roi_size, params.label_map, "refuse",
-                                params.val_fraction, 1.0, seed, params.test_fraction) for site in SITES]
+        sites = [load_site_data(data_root / site / "brats", params.case_recipe()) for site in SITES]
         runs[names["central"]].append(centralised(params, sites))
         runs[names["steps"]].append(centralised(params, sites, steps_per_epoch=len(sites[0].split.train)))
         print(table(runs), flush=True)

@@ -20,6 +20,8 @@ from nvflare.fuel.flare_api.flare_api import Session
 from nvflare.fuel.utils import fobs
 
 from federation_tools.loopback import LoopbackFederation, free_port
+from fl_contract.job_params import SegmentationParams
+from fl_contract.job_params.segmentation import CaseRecipe
 from jobs.segmentation.spec import CPU_DEMO_DATA
 from provisioning.provision import Federation, customise, load_template, provision
 from server_app.fedkt_csd import secure_statistics
@@ -45,6 +47,12 @@ SUPER_ADMIN = "super@cc.org"
 SITES = ["site-1", "site-2", "site-3"]
 FEDAVG_REFERENCE = {1: [1.354, -2.023], 3: [1.935, -2.898], 5: [1.995, -2.99]}
 """The default fedavg-linear job's global weights per round on the demo sites (docs/algorithms.md)."""
+
+
+def recipe(roi_size: tuple[int, ...], test_fraction: float = 0.0, **params: Any) -> CaseRecipe:
+    """The data recipe of a brats-segmentation job with these parameters (no test split unless asked): the values
+    and their checks come from the job's parameters, as at a site."""
+    return SegmentationParams(roi_size=roi_size, test_fraction=test_fraction, **params).case_recipe()
 
 
 def provision_demo_federation(

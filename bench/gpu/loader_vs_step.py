@@ -42,6 +42,7 @@ def main() -> int:
     if device is None:
         return NO_CUDA
 
+    from fl_contract.job_params import SegmentationParams
     from fl_contract.models.segmentation import segresnet
     from fl_contract.precision import select_precision
     from site_agent.data.synthetic_brats import write_brats_site
@@ -53,7 +54,8 @@ def main() -> int:
         write_brats_site(Path(tmp), 1, n_cases=args.cases, shape=tuple(args.shape), layout="nifti")
         written = time.perf_counter() - start
         start = time.perf_counter()
-        data = load_site_data(Path(tmp), args.roi, val_fraction=1 / args.cases)
+        recipe = SegmentationParams(roi_size=tuple(args.roi), val_fraction=1 / args.cases, test_fraction=0.0)
+        data = load_site_data(Path(tmp), recipe.case_recipe())
         cached = time.perf_counter() - start
     steps = args.epochs * -(-len(data.split.train) // args.batch)
 

@@ -30,6 +30,22 @@ class SlidingWindow:
 
 
 @dataclass(frozen=True)
+class CaseRecipe:
+    """How a site makes its cases into datasets for a training job: the split, the decoding and the training crop.
+    One value from the job's parameters, passed down whole (`SegmentationParams.case_recipe`), so the data layer
+    gives none of them a default of its own and a new data parameter is its field here and its one use."""
+
+    roi_size: tuple[int, ...]
+    label_map: str
+    grid: str
+    val_fraction: float
+    test_fraction: float
+    cache_rate: float
+    seed: int
+    resample_ras_1mm: bool
+
+
+@dataclass(frozen=True)
 class SegResNetParams(FederationParams):
     """The network and label map, shared by every job kind that runs the segmentation model (training, inference)."""
 
@@ -96,6 +112,11 @@ class SegmentationParams(WeightsEncodingParams, SecureWeightsParams, SegResNetPa
     min_clients: int = param(2, "sites that must answer each round", low=1)
     dataset: str = param("brats", "dataset key sites map to their glioma cases in site_agent.json")
     seed: int = param(0, "initial weights, case split, augmentation, batch order")
+
+    def case_recipe(self) -> CaseRecipe:
+        """What the site's data layer (site_agent.segmentation.data) needs of these parameters."""
+        return CaseRecipe(tuple(self.roi_size), self.label_map, self.grid, self.val_fraction, self.test_fraction,
+                          self.cache_rate, self.seed, self.resample_ras_1mm)
 
     def model_spec(self) -> tuple[str, dict[str, Any]]:
         """The network (fl_contract.models name and arguments) the FedAvg workflow averages."""

@@ -18,6 +18,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 from monai.data.dataloader import DataLoader
@@ -27,6 +28,7 @@ from monai.transforms.intensity.dictionary import NormalizeIntensityd, RandScale
 from monai.transforms.spatial.dictionary import Orientationd, RandFlipd, Spacingd
 from monai.transforms.transform import MapTransform
 
+from fl_contract.job_params.segmentation import CaseRecipe
 from fl_contract.labels import LABEL_MAPS
 from fl_contract.segmentation import TEST, VAL
 from fl_contract.version import AGENT_VERSION
@@ -103,40 +105,28 @@ class SiteData:
         return DataLoader(self.val if split == VAL else self.test, batch_size=1, shuffle=False, num_workers=0)
 
 
-def load_site_data(
-    folder: Path,
-    roi_size: Sequence[int],
-    label_map: str = "brats2021",
-    grid: GridPolicy = "refuse",
-    val_fraction: float = 0.2,
-    cache_rate: float = 1.0,
-    seed: int = 0,
-    test_fraction: float = 0.0,
-    resample_ras_1mm: bool = False,
-    cache_dir: Path | None = None,
-) -> SiteData:
-    """Discover, split and (for `cache_rate` of the cases, or with `cache_dir` all of them) read and validate the
-    site's cases up front; a bad case raises its `DataError`, here or (beyond `cache_rate`) when a loader reaches it.
+def load_site_data(folder: Path, recipe: CaseRecipe, cache_dir: Path | None = None) -> SiteData:
+    """Discover, split and (for the recipe's `cache_rate` of the cases, or with `cache_dir` all of them) read and
+    validate the site's cases up front; a bad case raises its `DataError`, here or (beyond `cache_rate`) when a loader
+    reaches it. The recipe's values were checked with the job's parameters (fl_contract.job_params.segmentation).
 
     `cache_dir`: keep the decoded, normalised cases on disk there instead of in memory (a sub-folder per agent
     version and transform settings, so a job with other settings never reads another's cache)."""
-    if label_map not in LABEL_MAPS:
-        raise ValueError(f"label_map={label_map!r}: use one of {sorted(LABEL_MAPS)}")
-    if not (0.0 < val_fraction < 1.0 and 0.0 <= test_fraction < 1.0 and val_fraction + test_fraction < 1.0):
-        raise ValueError(f"val_fraction={val_fraction}, test_fraction={test_fraction}: give validation a share in "
-                         "(0, 1), test one in [0, 1), together below 1 so cases remain for training")
-    fractions = {"train": 1.0 - val_fraction - test_fraction, "val": val_fraction, "test": test_fraction}
-    split = SiteSplit(**split_records(discover_cases(Path(folder)), fractions, seed, folder))
-    labels = LABEL_MAPS[label_map]
-    prepare = [*(ras_1mm() if resample_ras_1mm else []), normalise()]
-    recipe = hashlib.sha256(
-        repr((AGENT_VERSION, label_map, grid, resample_ras_1mm, list(roi_size))).encode()
+    fractions = {"train": 1.0 - recipe.val_fraction - recipe.test_fraction, "val": recipe.val_fraction,
+                 "test": recipe.test_fraction}
+    split = SiteSplit(**split_records(discover_cases(Path(folder)), fractions, recipe.seed, folder))
+    labels, grid = LABEL_MAPS[recipe.label_map], cast(GridPolicy, recipe.grid)
+    prepare = [*(ras_1mm() if recipe.resample_ras_1mm else []), normalise()]
+    digest = hashlib.sha256(
+        repr((AGENT_VERSION, recipe.label_map, recipe.grid, recipe.resample_ras_1mm, list(recipe.roi_size))).encode()
     ).hexdigest()
     if cache_dir is not None:
         Path(cache_dir).mkdir(mode=0o700, parents=True, exist_ok=True)  # decoded patient volumes: the service account's
     train_dir, eval_dir = (
-        (None, None) if cache_dir is None else (Path(cache_dir) / recipe[:16] / p for p in ("train", "eval"))
+        (None, None) if cache_dir is None else (Path(cache_dir) / digest[:16] / p for p in ("train", "eval"))
     )
-    train = brats_dataset(split.train, labels, grid, [*prepare, *train_augmentation(roi_size)], cache_rate, train_dir)
-    val, test = (brats_dataset(cases, labels, grid, prepare, cache_rate, eval_dir) for cases in (split.val, split.test))
+    train = brats_dataset(split.train, labels, grid, [*prepare, *train_augmentation(recipe.roi_size)],
+                          recipe.cache_rate, train_dir)
+    val, test = (brats_dataset(cases, labels, grid, prepare, recipe.cache_rate, eval_dir)
+                 for cases in (split.val, split.test))
     return SiteData(split, train, val, test)

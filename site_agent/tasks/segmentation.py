@@ -17,7 +17,7 @@ and ROI against the GPU's free memory before reading a case.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,7 +32,6 @@ from fl_contract.precision import select_precision
 from fl_contract.segmentation import DP_EPSILON, DP_NOISE_STD, MODEL, TEST, TRAIN_LOSS, VAL
 from fl_contract.tracking import sender_id
 from site_agent.accounting import client_dp_epsilon
-from site_agent.data.brats_case import GridPolicy
 from site_agent.data.pipeline import surface_data_errors
 from site_agent.segmentation.data import SiteData, load_site_data
 from site_agent.segmentation.dp import noise_std, privatise_update
@@ -51,7 +50,6 @@ class SegmentationTask(TrackedTask):
         # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
         self.kind, self.params, self.job = kind, params, job
         self.model_args = job.model_args()
-        self.grid = cast(GridPolicy, job.grid)
         self._data: dict[Path, SiteData] = {}
         self._memory_checked = False
 
@@ -121,9 +119,7 @@ class SegmentationTask(TrackedTask):
         if folder not in self._data:
             cache_dir = (ctx.workspace_dir / "data_cache" / "segmentation" if ctx.config.compute.data_cache == "disk"
                          else None)
-            self._data[folder] = load_site_data(folder, self.job.roi_size, self.job.label_map, self.grid,
-                                                self.job.val_fraction, self.job.cache_rate, self.seed,
-                                                self.job.test_fraction, self.job.resample_ras_1mm, cache_dir)
+            self._data[folder] = load_site_data(folder, self.job.case_recipe(), cache_dir)
         return self._data[folder]
 
     def network(self, params: dict[str, np.ndarray], device: torch.device) -> nn.Module:

@@ -26,6 +26,7 @@ from site_agent.data.dicom_seg import brats_segments, write_dicom_seg
 from site_agent.data.dicom_series import series_slices
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.segmentation.inference import segment_cases
+from tests.support import recipe
 
 ARCHITECTURE = {k: CPU_DEMO[k] for k in ("init_filters", "blocks_down", "blocks_up", "dropout_prob")}
 SHAPE = (16, 12, 8)
@@ -171,8 +172,8 @@ def test_ras_1mm_resampling_feeds_the_network_ras_1mm_and_writes_back_on_the_cas
     from site_agent.segmentation.data import load_site_data
 
     _anisotropic_lps_site(tmp_path / "cases", 3)
-    data = load_site_data(tmp_path / "cases", (16, 16, 16), val_fraction=0.34, resample_ras_1mm=True)
-    plain = load_site_data(tmp_path / "cases", (16, 16, 16), val_fraction=0.34)
+    data = load_site_data(tmp_path / "cases", recipe((16, 16, 16), val_fraction=0.34, resample_ras_1mm=True))
+    plain = load_site_data(tmp_path / "cases", recipe((16, 16, 16), val_fraction=0.34))
     item, original = data.val[0], plain.val[0]
 
     assert (aff2axcodes(item["image"].affine) == ("R", "A", "S")

@@ -25,6 +25,7 @@ from site_agent.segmentation.memory import (
 )
 from site_agent.site_config import ComputeSettings, SiteConfig
 from site_agent.tasks.executor import SiteContext
+from tests.support import recipe
 
 ROI = (8, 8, 8)
 
@@ -50,7 +51,8 @@ def _batches(loader):
 @pytest.mark.parametrize("on_disk", [False, True], ids=["memory", "disk"])
 def test_epochs_after_the_first_read_no_case_file(tmp_path, reads, on_disk):
     write_brats_site(tmp_path / "site", 1, n_cases=4, shape=(12, 12, 12), layout="nifti")
-    data = load_site_data(tmp_path / "site", ROI, val_fraction=0.25, cache_dir=tmp_path / "cache" if on_disk else None)
+    data = load_site_data(tmp_path / "site", recipe(ROI, val_fraction=0.25),
+                          cache_dir=tmp_path / "cache" if on_disk else None)
     assert len(reads) == 4 * 5  # four modalities and a label per case, read once while the cache fills
 
     first = _batches(data.train_loader(2, seed=0))
@@ -66,15 +68,15 @@ def test_epochs_after_the_first_read_no_case_file(tmp_path, reads, on_disk):
 
 def test_the_disk_cache_serves_the_next_job_and_rereads_a_changed_case(tmp_path, reads):
     cases = write_brats_site(tmp_path / "site", 1, n_cases=3, shape=(12, 12, 12), layout="nifti")
-    memory = load_site_data(tmp_path / "site", ROI, val_fraction=0.34)
-    disk = load_site_data(tmp_path / "site", ROI, val_fraction=0.34, cache_dir=tmp_path / "cache")
+    memory = load_site_data(tmp_path / "site", recipe(ROI, val_fraction=0.34))
+    disk = load_site_data(tmp_path / "site", recipe(ROI, val_fraction=0.34), cache_dir=tmp_path / "cache")
     reads.clear()
 
-    again = load_site_data(tmp_path / "site", ROI, val_fraction=0.34, cache_dir=tmp_path / "cache")
+    again = load_site_data(tmp_path / "site", recipe(ROI, val_fraction=0.34), cache_dir=tmp_path / "cache")
     assert reads == []
     changed = cases[0].images[0]
     changed.write_bytes(changed.read_bytes())  # re-exported: same bytes, new modification time
-    load_site_data(tmp_path / "site", ROI, val_fraction=0.34, cache_dir=tmp_path / "cache")
+    load_site_data(tmp_path / "site", recipe(ROI, val_fraction=0.34), cache_dir=tmp_path / "cache")
 
     assert len(reads) == 5 and reads[0] == changed
     for cached in (disk, again):
@@ -87,7 +89,7 @@ def test_the_disk_cache_serves_the_next_job_and_rereads_a_changed_case(tmp_path,
 
 def test_loader_workers_and_the_prefetching_thread_give_batches_fixed_by_the_seed(tmp_path):
     write_brats_site(tmp_path, 1, n_cases=5, shape=(12, 12, 12), layout="nifti")
-    data = load_site_data(tmp_path, ROI, val_fraction=0.2)
+    data = load_site_data(tmp_path, recipe(ROI, val_fraction=0.2))
 
     plain = _batches(data.train_loader(2, seed=3))
     threaded = _batches(data.train_loader(2, seed=3, prefetch=True))

@@ -18,6 +18,7 @@ from site_agent.segmentation.data import load_site_data
 from site_agent.segmentation.dp import privatise_update
 from site_agent.segmentation.metrics import score_cases, site_summary
 from site_agent.segmentation.training import train_epochs
+from tests.support import recipe
 
 
 def test_registry_builds_the_brats_segresnet():
@@ -39,12 +40,12 @@ def test_a_broken_case_is_named_not_hidden_behind_monai(tmp_path):
     broken.write_bytes(broken.read_bytes()[:300])
 
     with pytest.raises(DataError, match="Site2_001/Site2_001_t2.nii.gz: not a readable NIfTI"):
-        load_site_data(tmp_path, (16, 16, 16), val_fraction=0.4)
+        load_site_data(tmp_path, recipe((16, 16, 16), val_fraction=0.4))
 
 
 def test_training_lowers_the_loss_and_validation_scores_every_region(tmp_path):
     write_brats_site(tmp_path, 1, n_cases=3, shape=(16, 16, 16), layout="nifti")
-    data = load_site_data(tmp_path, (16, 16, 16), val_fraction=0.34)
+    data = load_site_data(tmp_path, recipe((16, 16, 16), val_fraction=0.34))
     torch.manual_seed(0)
     net = segresnet(init_filters=8, blocks_down=(1, 1, 1), blocks_up=(1, 1), dropout_prob=0.0)
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-2)
@@ -90,11 +91,11 @@ def test_dp_leaves_a_small_update_unclipped():
 def test_the_split_gives_disjoint_training_validation_and_test_cases_fixed_by_the_seed(tmp_path):
     write_brats_site(tmp_path, 1, n_cases=5, shape=(8, 8, 8), layout="nifti")
 
-    split = load_site_data(tmp_path, (8, 8, 8), val_fraction=0.2, test_fraction=0.2, cache_rate=0.0, seed=3).split
-    again = load_site_data(tmp_path, (8, 8, 8), val_fraction=0.2, test_fraction=0.2, cache_rate=0.0, seed=3).split
+    seeded = recipe((8, 8, 8), val_fraction=0.2, test_fraction=0.2, cache_rate=0.0, seed=3)
+    split, again = (load_site_data(tmp_path, seeded).split for _ in range(2))
 
     parts = [{c.case_id for c in cases} for cases in (split.train, split.val, split.test)]
     assert [len(p) for p in parts] == [3, 1, 1] and len(set.union(*parts)) == 5
     assert again == split
-    with pytest.raises(ValueError, match="together below 1"):
-        load_site_data(tmp_path, (8, 8, 8), val_fraction=0.5, test_fraction=0.5)
+    with pytest.raises(ValueError, match="keep their sum below 1"):
+        recipe((8, 8, 8), val_fraction=0.5, test_fraction=0.5)
