@@ -18,6 +18,7 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
 from fl_contract.job_params import InferenceParams, job_params
 from fl_contract.models import build_model, load_numpy_params
+from fl_contract.params import params_to_json
 from fl_contract.segmentation import INFERENCE_TASK, MODEL
 from server_app.aggregation import missing_sites, scalar_metrics, site_name
 from server_app.results import RunRecorder
@@ -42,10 +43,8 @@ class InferenceController(SiteAwareController):
         file fails at the server rather than at every site, and results.json says which sites answered and why the
         others did not. A site that restarted during the task is sent it again once the server has deployed the job
         to it again (`sent_again`), so its cases are segmented before the job ends."""
-        recorder = RunRecorder(Path(self.get_app_dir()), {"workflow": "inference", "model": MODEL,
-                                                          "model_args": self.model_args, "model_key": self.job.model,
-                                                          "model_file": self.job.model_file,
-                                                          "min_clients": self.job.min_clients})
+        recorder = RunRecorder(Path(self.get_app_dir()), {"workflow": "inference", **params_to_json(self.job),
+                                                          "network": MODEL, "model_args": self.model_args})
         try:
             params, identity = self._load_model()
         except (OSError, ValueError, RuntimeError) as err:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from support import ADMIN, FEDAVG_REFERENCE, SITES, SUPER_ADMIN, free_port
 
+from fl_contract.params import params_to_json
 from fl_contract.segmentation import INFERENCE_KEYS
 from jobs.admin import submit_and_wait
 from jobs.common import build_job, export
@@ -202,8 +203,8 @@ def test_inference_after_training_writes_nifti_and_dicom_seg_at_each_site_and_se
     try:
         models = ServerConfig.load(server_config).models if server_config.exists() else {}
         write_server_config(federation.kit(federation.server), {**models, "glioma": str(trained.server_app_dir())})
-        job = export(build_job(INFERENCE, InferenceParams(model="glioma", min_clients=3, **architecture)),
-                     tmp_path / "inference")
+        params = InferenceParams(model="glioma", min_clients=3, **architecture)
+        job = export(build_job(INFERENCE, params), tmp_path / "inference")
         outcome = submit_and_wait(session, job, timeout=600)
     finally:
         session.close()
@@ -213,6 +214,7 @@ def test_inference_after_training_writes_nifti_and_dicom_seg_at_each_site_and_se
 
     assert outcome.completed, outcome.refusal()
     results = json.loads((outcome.server_app_dir() / "results.json").read_text())
+    assert {k: results["job"].get(k) for k in params_to_json(params)} == params_to_json(params)  # every parameter
     for site in SITES:
         assert set(results["sites"][site]) == set(INFERENCE_KEYS), results["sites"][site]
         assert results["sites"][site]["cases_segmented"] == results["sites"][site]["dicom_segs_written"] == 1

@@ -17,6 +17,7 @@ from federation_tools.simulate import simulate
 from fl_contract.job_params.segmentation import SlidingWindow
 from fl_contract.labels import BRATS_2021, LabelMap
 from fl_contract.models import build_model
+from fl_contract.params import params_to_json
 from fl_contract.segmentation import INFERENCE_KEYS
 from jobs.common import build_job, export
 from jobs.inference.spec import KIND, InferenceParams
@@ -110,6 +111,8 @@ def test_inference_job_in_the_simulator_writes_at_the_sites_and_sends_only_count
     results = json.loads((run.server_app_dir / "results.json").read_text())
     assert not run.aborted() and results["status"] == "finished", run.server_log.read_text()[-3000:]
     assert results["no_result"] == []
+    assert results["job"] == {"workflow": "inference", **params_to_json(params), "network": "segresnet",
+                              "model_args": params.model_args()}  # every parameter, as for the other kinds
     for site in ("site-1", "site-2"):
         sent = results["sites"][site]
         assert set(sent) == set(INFERENCE_KEYS), sent
