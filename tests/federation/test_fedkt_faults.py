@@ -190,8 +190,14 @@ def test_a_masked_segmentation_job_survives_a_dead_site_a_server_restart_and_an_
     assert in_the_clear(read_transfers(plain.server_app_dir()))  # the plain run's answers do carry them
     ours = torch.load(resumed.server_app_dir() / "global_model.pt", weights_only=True)
     theirs = torch.load(plain.server_app_dir() / "global_model.pt", weights_only=True)
-    for name, value in theirs.items():
-        np.testing.assert_allclose(ours[name].numpy(), value.numpy(), rtol=0, atol=1e-4, err_msg=name)
+    # The masked sum equals the plain one up to its fixed-point rounding (~1e-6); round 2's Adam steps (each moves
+    # an element by up to about the learning rate, whatever its gradient's size) can turn that rounding into a
+    # different step where a gradient is near 0: in one CI run 3 of the model's ~110k elements differed by 2e-4.
+    # A wrong sum (a site missing, a wrong scale) moves nearly every element, so the share is the check.
+    differences = np.concatenate([np.abs(ours[k].numpy() - v.numpy()).ravel() for k, v in theirs.items()])
+    steps = 3  # round 2's local steps: 3 training cases, batch 1, 1 epoch (CPU_DEMO, CPU_DEMO_DATA)
+    assert np.mean(differences > 1e-4) < 1e-3, f"{int(np.sum(differences > 1e-4))} of {differences.size} differ"
+    assert differences.max() <= 2 * MASKED.learning_rate * steps, differences.max()
 
 
 @pytest.mark.timeout(600)
