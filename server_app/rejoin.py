@@ -16,8 +16,9 @@ site what FLARE's job runner did at job start:
    which FLARE's heartbeat check and abort read), and has the job's server process take the new list
    (`send_app_command` -> `SiteAwareController`, which calls FLARE's `sync_clients_from_main_process`), so the
    server job accepts the new job process's requests (it looks clients up by token);
-5. starts the site's job process (`start_client_job`, with the reservation token of step 2) and expects the site's
-   outcome of the job again (`JobRunner._pending_client_outcomes`), as for any site at job start.
+5. starts the site's job process (FLARE's start-job message, with the reservation token of step 2, given longer
+   for its answer than FLARE's 20 s) and expects the site's outcome of the job again
+   (`JobRunner._pending_client_outcomes`), as for any site at job start.
 
 Nothing about the round is decided here: the job's workflow sends the returning site the next task it asks for,
 checks its answers like anyone's, and results.json records the rounds it missed (`server_app.results.site_returns`).
@@ -28,8 +29,8 @@ is never redeployed: registration means a new client process, which runs no job.
 The FLARE 2.9 internals used (tests/server/test_rejoin_internals.py fails when they change):
 `JobRunner.running_jobs`, `JobRunner._make_deploy_message`, `JobRunner._pending_client_outcomes` and its `lock`,
 `ServerEngine.run_processes` / `exception_run_processes`, `ServerEngine.check_client_resources`,
-`ServerEngine.start_client_job` with `check_client_replies`, `ServerEngine.send_app_command`,
-`AdminServer.send_requests_and_get_reply_dict`.
+the start-job message `ServerEngine.start_client_job` builds (`TrainingTopic.START_JOB` with its headers),
+`ServerEngine.send_app_command`, `AdminServer.send_requests_and_get_reply_dict`.
 """
 
 from __future__ import annotations
@@ -42,11 +43,11 @@ from typing import Any, cast
 
 from nvflare.apis.fl_constant import FLContextKey, RunProcessKey
 from nvflare.apis.job_def import ALL_SITES, Job, JobMetaKey
-from nvflare.apis.job_scheduler_spec import DispatchInfo
-from nvflare.private.admin_defs import MsgHeader, ReturnCode
-from nvflare.private.fed.server.admin import check_client_replies
+from nvflare.private.admin_defs import Message, MsgHeader, ReturnCode
+from nvflare.private.defs import ERROR_MSG_PREFIX, RequestHeader, TrainingTopic
 from nvflare.private.fed.server.job_runner import JobRunner
 from nvflare.private.fed.utils.fed_utils import extract_participants
+from nvflare.private.scheduler_constants import ShareableHeader
 from nvflare.utils.job_launcher_utils import get_resource_manager_spec
 
 from server_app.site_events import REJOIN_FAILED, REJOINED, append_event
@@ -58,7 +59,10 @@ SITE_RETURNS_KEY = "site_returns"
 FIRST_HEARTBEAT_WAIT_S = 30.0
 """How long a rejoin waits for the new client's first heartbeat before it deploys anyway."""
 DEPLOY_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 120.0
 JOB_START_WAIT_S = 90.0
+_META_LOCK = threading.Lock()
+"""One return at a time updates a job's `site_returns` (two sites back at once must not overwrite each other's)."""
 
 
 class Heartbeats:
@@ -162,13 +166,9 @@ class Rejoin:
                 return refusal
             self._replace_participant(client)
             engine.send_app_command(self.job_id, SYNC_SITES_TOPIC, {"site": self.site}, timeout=10.0)
-            replies = engine.start_client_job(job, {self.site: DispatchInfo(app_name, resources, reservation)},
-                                              fl_ctx)
-            try:
-                if check_client_replies(replies, [self.site], "start the job", strict=True):
-                    return "the site did not answer the start of the job"
-            except RuntimeError as exc:  # FLARE's words: the site's error
-                return f"the site did not start the job again: {' '.join(str(exc).split())}"
+            refusal = self._start_job(job, resources, reservation, client.token)
+            if refusal:
+                return refusal
         runner = engine.job_runner
         with runner.lock:  # a job that ended meanwhile waits for no outcome (FLARE would fail it for the missing one)
             if self.job_id in engine.run_processes and self.job_id in runner._pending_client_outcomes:
@@ -178,13 +178,30 @@ class Rejoin:
     def _deploy(self, job: Job, app_name: str, token: str, fl_ctx: Any) -> str:
         """FLARE's own deploy message to the site; its refusal (authorisation, site guard, deployer), or ""."""
         message = JobRunner._make_deploy_message(job, job.get_application(app_name, fl_ctx), app_name, fl_ctx)
-        admin_server = self.engine.server.admin_server
-        reply = admin_server.send_requests_and_get_reply_dict({token: message}, timeout_secs=DEPLOY_TIMEOUT_S
-                                                              ).get(token)
+        return self._ask(token, message, DEPLOY_TIMEOUT_S, "the deploy", "the site refused the job again")
+
+    def _start_job(self, job: Job, resources: dict[str, Any], reservation: str, token: str) -> str:
+        """FLARE's start-job message to the site (as `ServerEngine.start_client_job` builds it); the site's error, or
+        "". FLARE's own call waits 20 s for the answer, which a loaded site's launch of its job process outlasts
+        (measured under CI's load: the job process started, its answer came late); this one waits
+        `START_TIMEOUT_S`."""
+        message = Message(topic=TrainingTopic.START_JOB, body=resources)
+        message.set_header(RequestHeader.JOB_ID, job.job_id)
+        message.set_header(RequestHeader.JOB_META, job.meta)
+        message.set_header(ShareableHeader.RESOURCE_RESERVE_TOKEN, reservation)
+        return self._ask(token, message, START_TIMEOUT_S, "the start of the job",
+                         "the site did not start the job again")
+
+    def _ask(self, token: str, message: Message, timeout: float, what: str, refused: str) -> str:
+        """Send one admin request to the site's client; "" when it answered OK, else what went wrong."""
+        reply = self.engine.server.admin_server.send_requests_and_get_reply_dict({token: message},
+                                                                                  timeout_secs=timeout).get(token)
         if reply is None:
-            return "the site did not answer the deploy"
-        if reply.get_header(MsgHeader.RETURN_CODE, ReturnCode.OK) != ReturnCode.OK:
-            return f"the site refused the job again: {reply.body}"
+            return f"the site did not answer {what} within {timeout:.0f} s"
+        body = reply.body
+        if reply.get_header(MsgHeader.RETURN_CODE, ReturnCode.OK) != ReturnCode.OK or \
+                (isinstance(body, str) and body.startswith(ERROR_MSG_PREFIX)):
+            return f"{refused}: {' '.join(str(body).split())}"
         return ""
 
     def _replace_participant(self, client: Any) -> None:
@@ -200,7 +217,7 @@ class Rejoin:
         append_event(Path(engine.get_workspace().get_run_dir(self.job_id)), self.site, kind, detail)
         self.log(f"job {self.job_id}: {self.site} {detail}")
         try:
-            with engine.new_context() as fl_ctx:
+            with _META_LOCK, engine.new_context() as fl_ctx:
                 manager = engine.job_def_manager
                 job = manager.get_job(self.job_id, fl_ctx)
                 returns = list((job.meta if job else {}).get(SITE_RETURNS_KEY) or [])

@@ -16,7 +16,8 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.apis.job_def import Job
 from nvflare.private.admin_defs import Message
 from nvflare.private.defs import RequestHeader, TrainingTopic
-from nvflare.private.fed.server.admin import FedAdminServer, check_client_replies
+from nvflare.private.fed.client.scheduler_cmds import StartJobProcessor
+from nvflare.private.fed.server.admin import FedAdminServer
 from nvflare.private.fed.server.job_runner import JobRunner
 from nvflare.private.fed.server.server_engine import ServerEngine
 
@@ -41,19 +42,27 @@ def test_the_job_runner_keeps_what_a_rejoin_reads_and_builds_flares_deploy_messa
 def test_the_engine_and_admin_server_calls_a_rejoin_makes_exist_with_their_arguments():
     calls = {
         ServerEngine.check_client_resources: ["job", "resource_reqs", "fl_ctx"],
-        ServerEngine.start_client_job: ["job", "client_sites", "fl_ctx"],
         ServerEngine.send_app_command: ["job_id", "topic", "cmd_data", "timeout"],
         ServerEngine.register_app_command: ["topic", "cmd_func"],
         ServerEngine.sync_clients_from_main_process: [],
         ServerEngine.get_client_from_name: ["client_name"],
         FedAdminServer.send_requests_and_get_reply_dict: ["requests", "timeout_secs"],
-        check_client_replies: ["replies", "client_sites", "command", "strict"],
     }
     for call, arguments in calls.items():
         names = [p for p in inspect.signature(call).parameters if p not in ("self", "args", "kwargs")]
         assert names[: len(arguments)] == arguments, (call.__qualname__, names)
     source = inspect.getsource(ServerEngine.__init__)
     assert "self.run_processes" in source and "self.exception_run_processes" in source
+
+
+def test_flares_start_job_message_is_the_one_a_rejoin_sends():
+    """A rejoin builds the start-job message itself (FLARE's call waits only 20 s for the answer): the message
+    FLARE builds, and the site's handler of it, must still be made of the same topic and headers."""
+    built = inspect.getsource(ServerEngine.start_client_job)
+    read = inspect.getsource(StartJobProcessor.process)
+    for part in ("RequestHeader.JOB_ID", "RequestHeader.JOB_META", "ShareableHeader.RESOURCE_RESERVE_TOKEN"):
+        assert part in built and part in read, part
+    assert "TrainingTopic.START_JOB" in built and StartJobProcessor().get_topics() == [TrainingTopic.START_JOB]
 
 
 def test_a_site_app_is_found_by_name_or_through_all_sites():
