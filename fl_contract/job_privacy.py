@@ -23,7 +23,11 @@ DP_STATISTICS = "dp_statistics"
 COUNTS = "counts"
 """The site sends only counts and timings of work it did locally (e.g. cases segmented): no model, no statistic of
 its data; nothing to charge to a privacy budget."""
-RELEASES = (WEIGHTS, DP_STATISTICS, COUNTS)
+METRICS = "metrics"
+"""The site sends a model's scores on its labelled cases: means, and quartiles over at least its policy's
+`min_cases` cases; per-case rows (pseudonymised) only where the job asks for them (`case_metrics`) and the site's
+policy allows them. No model, no DP accounting: nothing is charged to the budget."""
+RELEASES = (WEIGHTS, DP_STATISTICS, COUNTS, METRICS)
 
 
 def release_of(site_task: type) -> str:
@@ -47,6 +51,7 @@ class SitePrivacy:
     delta: float | None = None
     min_clients: int = 1
     secure_aggregation: bool = False
+    case_metrics: bool = False
 
     @property
     def client_dp(self) -> bool:
@@ -83,7 +88,7 @@ class SitePrivacy:
         except TypeError as exc:
             raise ValueError(f"the job's {SITE_PRIVACY_KEY} is malformed: {exc}") from exc
         for name in PARAMETERS:
-            value, flag = getattr(privacy, name), name == "secure_aggregation"
+            value, flag = getattr(privacy, name), name in FLAGS
             if flag and not isinstance(value, bool):
                 raise ValueError(f"the job's {SITE_PRIVACY_KEY}.{name} is {value!r}, not true or false")
             if not flag and value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
@@ -93,3 +98,5 @@ class SitePrivacy:
 
 PARAMETERS = tuple(f.name for f in dataclasses.fields(SitePrivacy) if f.name not in ("kind", "release"))
 """The job parameters a declaration copies."""
+FLAGS = tuple(f.name for f in dataclasses.fields(SitePrivacy) if f.type == "bool")
+"""The declaration's true-or-false fields."""

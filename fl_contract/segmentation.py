@@ -83,3 +83,21 @@ SECONDS_PER_CASE_MEAN = "seconds_per_case_mean"
 SECONDS_PER_CASE_MAX = "seconds_per_case_max"
 INFERENCE_KEYS = (CASES_SEGMENTED, DICOM_SEGS_WRITTEN, SECONDS_TOTAL, SECONDS_PER_CASE_MEAN, SECONDS_PER_CASE_MAX)
 """Everything an inference site sends: counts and timings, no image, label, path or case identifier."""
+
+
+EVALUATION_TASK = "evaluate"
+EVAL = "eval"
+"""The split an evaluation job scores: every labelled case of the site's dataset (keys `eval_dice_tc`, ...)."""
+QUARTILES = ("q1", "median", "q3")
+"""The distribution an evaluation site sends per metric and region besides the mean, over at least its policy's
+`min_cases` cases (each quartile of fewer is too close to one patient's value)."""
+CASE_ROWS = "case_rows"
+"""FLModel meta of an evaluation answer: one pseudonymised row per case ({"case": "case-007", column: value}), only
+where the job asks, the site's policy allows and the site scored at least `min_cases` cases."""
+WITHHELD = "withheld"
+"""FLModel meta of an evaluation answer: what the site did not send and why, in its words ({"case_rows": "..."})."""
+
+
+def quartile_key(split: str, metric: str, region: str, quartile: str) -> str:
+    """e.g. `eval_dice_tc_median`, `eval_lesion_hd95_mean_q1` (the quartile of the cases' region means)."""
+    return f"{metric_key(split, metric, region)}_{quartile}"

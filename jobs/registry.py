@@ -19,6 +19,7 @@ SPEC_MODULES = (
     "jobs.fedkt_csd.spec",
     "jobs.segmentation.spec",
     "jobs.inference.spec",
+    "jobs.evaluation.spec",
     "jobs.playerfl.spec",
 )
 _KINDS: dict[str, JobKind[Any]] = {}

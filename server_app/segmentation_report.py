@@ -1,4 +1,5 @@
-"""`fl-seg-report`: a downloaded segmentation result -> Dice per site per round as a PNG plot and a markdown table.
+"""`fl-seg-report`: a downloaded segmentation result -> Dice per site per round as a PNG plot and a markdown table;
+a brats-evaluation result -> the page a consortium reads (`server_app.evaluation_report`).
 
 Reads only `results.json` (what the admin downloads). "Model round" r is the global model after r aggregation
 rounds (0 = the initial model): sites score the model they receive, so round r+1's metrics describe model r, and
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from server_app.evaluation_report import evaluation_text, is_evaluation, summary, write_report
 from server_app.results import RESULTS_FILE
 
 REGIONS = ("tc", "wt", "et", "mean")
@@ -125,9 +127,15 @@ def load_results(path: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fl-seg-report", description=__doc__.split("\n\n")[0])
     parser.add_argument("result", type=Path, help="results.json, or the downloaded job folder holding it")
-    parser.add_argument("--out", type=Path, default=Path("."), help="folder for dice.png and dice.md (default: here)")
+    parser.add_argument("--out", type=Path, default=Path("."),
+                        help="folder for dice.png and dice.md, or for an evaluation's evaluation.html, .json and .png "
+                             "(default: here)")
     args = parser.parse_args(argv)
     results = load_results(args.result)
+    if is_evaluation(results):
+        paths = write_report(results, args.out)
+        print(evaluation_text(summary(results)) + "\nwrote " + ", ".join(str(p) for p in paths))
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     text = markdown(results)
     (args.out / "dice.md").write_text(text)

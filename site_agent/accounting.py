@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fl_contract.job_privacy import COUNTS, DP_STATISTICS, SitePrivacy
+from fl_contract.job_privacy import COUNTS, DP_STATISTICS, METRICS, SitePrivacy
 
 CLIENT_DP_DELTA = 1e-5
 """The delta at which the site accounts client-side DP (the usual choice for site-level DP, far below 1 / sites)."""
@@ -46,10 +46,15 @@ class Spend:
 
 
 def job_spend(privacy: SitePrivacy) -> Spend | None:
-    """The job's (epsilon, delta) at this site (0 for counts only), or None when it sends weights without
+    """The job's (epsilon, delta) at this site (0 for counts and scores), or None when it sends weights without
     client-side DP."""
     if privacy.release == COUNTS:
         return Spend(0.0, 0.0, "sends only counts and timings: no model, no statistic of the site's data")
+    if privacy.release == METRICS:
+        rows = ("per-case scores as pseudonymised rows where this site's policy shares them (share_case_metrics)"
+                if privacy.case_metrics else "no per-case row")
+        return Spend(0.0, 0.0, f"sends a model's scores on the site's labelled cases: means, quartiles over at least "
+                               f"min_cases cases and {rows}; no model, no DP accounting")
     if privacy.release == DP_STATISTICS:
         if privacy.epsilon is None or privacy.delta is None:
             raise ValueError(f"a {privacy.kind} job must declare the epsilon and delta of its release")

@@ -61,6 +61,11 @@ class SitePolicy:
     max_release_epsilon: float = _field(10.0, "largest epsilon of one FedKT-CSD release")
     min_secure_aggregation_sites: int = _field(3, "fewest sites in a secure aggregation (its min_clients; also the "
                                                   "fewest masked vectors this site lets the server unmask)")
+    share_case_metrics: bool = _field(
+        False, "an evaluation job that asks for them (case_metrics) gets this site's per-case scores, as pseudonymised "
+               "rows; false: only the means and quartiles leave")
+    min_cases: int = _field(5, "fewest cases an evaluation's quartiles and per-case rows are sent over; a site that "
+                               "scored fewer sends its means and case count only, and says so")
     budget_epsilon: float = _field(30.0, "total epsilon all jobs may spend at this site (the ledger's sum)")
     budget_delta: float = _field(1e-4, "total delta all jobs may spend at this site")
     records_dir: str = _field("", "folder of the privacy ledger and audit log; empty: the kit's local/ folder")
@@ -78,8 +83,9 @@ class SitePolicy:
                 f"submitters {', '.join(self.accepted_submitter_roles)}; "
                 f"shell commands: {', '.join(self.shell_command_roles) or 'nobody'}; other admin commands: "
                 f"{commands or 'none'}; {dp}; release epsilon <= "
-                f"{self.max_release_epsilon}; secure aggregation >= {self.min_secure_aggregation_sites} sites; budget "
-                f"epsilon {self.budget_epsilon}, delta {self.budget_delta}")
+                f"{self.max_release_epsilon}; secure aggregation >= {self.min_secure_aggregation_sites} sites; "
+                f"evaluation scores per case {'shared' if self.share_case_metrics else 'kept'}, quartiles and rows "
+                f"over >= {self.min_cases} cases; budget epsilon {self.budget_epsilon}, delta {self.budget_delta}")
 
 
 class PolicyError(ValueError):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +42,19 @@ def require(missing: str | None, what: str) -> None:
         pytest.fail(f"{what}: {missing}, under CI=true (.ci/run installs it; fix the CI machine, not the test)",
                     pytrace=False)
     pytest.skip(f"{what}: {missing}")
+
+
+def screenshot(page: Path, out: Path, width: int = 1200, height: int = 1000) -> Path:
+    """`page` rendered by headless Chromium (Debian's) into the PNG `out`; the page must fetch nothing, so every
+    request but the file itself is refused."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    require(None if chromium else "chromium not installed (apt-get install chromium)", "a headless browser")
+    assert chromium is not None
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--host-resolver-rules=MAP * ~NOTFOUND", f"--window-size={width},{height}",
+                    f"--screenshot={out}", Path(page).resolve().as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    return out
 
 
 ADMIN = "admin@cc.org"

@@ -12,22 +12,25 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from fl_contract.job_params.evaluation import EvaluationParams
 from fl_contract.job_params.fedavg_linear import FedAvgLinearParams
 from fl_contract.job_params.fedkt_csd import FedKTCSDParams
-from fl_contract.job_params.inference import InferenceParams
+from fl_contract.job_params.inference import HeldModelParams, InferenceParams
 from fl_contract.job_params.playerfl import PLayerFLParams
 from fl_contract.job_params.segmentation import SegmentationParams
 from fl_contract.params import JobParams, ParameterError, params_from_json, params_to_json
 
 T = TypeVar("T")
 
-__all__ = ["PARAMS", "FedAvgJob", "FedAvgLinearParams", "FedKTCSDParams", "InferenceParams", "PLayerFLParams",
-           "RoundJob", "SegmentationParams", "job_component_args", "job_params", "registered_params"]
+__all__ = ["PARAMS", "EvaluationParams", "FedAvgJob", "FedAvgLinearParams", "FedKTCSDParams", "HeldModelParams",
+           "InferenceParams", "PLayerFLParams", "RoundJob", "SegmentationParams", "job_component_args", "job_params",
+           "registered_params"]
 
 PARAMS: dict[str, type[JobParams]] = {
     "fedavg-linear": FedAvgLinearParams,
     "brats-segmentation": SegmentationParams,
     "brats-inference": InferenceParams,
+    "brats-evaluation": EvaluationParams,
     "playerfl": PLayerFLParams,
     "fedkt-csd": FedKTCSDParams,
 }

@@ -130,3 +130,12 @@ def load_site_data(folder: Path, recipe: CaseRecipe, cache_dir: Path | None = No
     val, test = (brats_dataset(cases, labels, grid, prepare, recipe.cache_rate, eval_dir)
                  for cases in (split.val, split.test))
     return SiteData(split, train, val, test)
+
+
+def labelled_cases_loader(folder: Path, label_map: str, grid: str, resample_ras_1mm: bool) -> DataLoader:
+    """Every labelled case of `folder`, whole and normalised as validation sees them, one at a time and read as the
+    loader reaches it (an evaluation scores each case once: nothing to cache); a bad case raises its `DataError`."""
+    cases = discover_cases(Path(folder))
+    prepare = [*(ras_1mm() if resample_ras_1mm else []), normalise()]
+    dataset = brats_dataset(cases, LABEL_MAPS[label_map], cast(GridPolicy, grid), prepare, cache_rate=0.0)
+    return DataLoader(dataset, batch_size=1, shuffle=False, num_workers=0)

@@ -52,6 +52,11 @@ class SiteContext:
     def data_dir(self, dataset: str) -> Path:
         return self.config.data_dir(dataset, self.site_name)
 
+    @property
+    def local_dir(self) -> Path:
+        """The kit's local/ folder, where site IT's site_agent.json and the privacy officer's policy lie."""
+        return self.config.path.parent
+
 
 class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type information: Executor is Any
     """Dispatches FLARE task names to methods `task_<name>(model, ctx) -> FLModel` of the subclass.

@@ -7,19 +7,26 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
-from support import ADMIN, FEDAVG_REFERENCE, SITES, SUPER_ADMIN, free_port
+from PIL import Image
+from support import ADMIN, FEDAVG_REFERENCE, SITES, SUPER_ADMIN, free_port, screenshot
 
 from fl_contract.params import params_to_json
 from fl_contract.segmentation import INFERENCE_KEYS
 from jobs.admin import submit_and_wait
 from jobs.common import build_job, export
+from jobs.evaluation.spec import KIND as EVALUATION
+from jobs.evaluation.spec import EvaluationParams
 from jobs.inference.spec import KIND as INFERENCE
 from jobs.inference.spec import InferenceParams
 from jobs.segmentation.spec import CPU_DEMO
 from provisioning.provision import customise, load_template, provision
+from server_app import segmentation_report
 from server_app.server_config import ServerConfig, write_server_config
+from site_agent.audit import RESULT_SENT, AuditLog
 from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.ledger import Ledger
 from site_agent.preflight import run_checks
 from site_agent.site_config import SiteConfig, write_site_config
 
@@ -221,3 +228,77 @@ def test_inference_after_training_writes_nifti_and_dicom_seg_at_each_site_and_se
         written = sorted(p.name for p in (tmp_path / site / "results" / outcome.job_id).iterdir())
         assert written == sorted(f"{c}{suffix}" for c in case_ids[site] for suffix in (".nii.gz", ".seg.dcm"))
         assert not any(c in json.dumps(results) for c in case_ids[site])
+
+
+def test_evaluation_scores_the_trained_model_at_every_site_under_each_sites_own_policy(running_federation,
+                                                                                       segmentation_run, tmp_path):
+    """The model is the one the shared federation's segmentation run trained, scored on each site's 5 labelled
+    cases. site-1's policy shares per-case rows, site-2's keeps them, site-3 asks for more cases than it has; a
+    model of another label map is refused at the server before any site is sent anything."""
+    federation = running_federation.federation
+    architecture = {k: v for k, v in CPU_DEMO.items() if k in ("roi_size", "init_filters", "blocks_down", "blocks_up",
+                                                                "dropout_prob")}
+    policies = {site: federation.kit(site) / "local" / "site_policy.json" for site in SITES}
+    server_config = federation.kit(federation.server) / "local" / "server_app.json"
+    kept = {path: path.read_text() for path in [*policies.values(), server_config] if path.exists()}  # shared: restored
+    edits = {"site-1": {"share_case_metrics": True}, "site-2": {}, "site-3": {"share_case_metrics": True,
+                                                                            "min_cases": 6}}
+    for site, edit in edits.items():
+        policies[site].write_text(json.dumps({**json.loads(kept[policies[site]]), **edit}))
+    trained = segmentation_run
+    assert trained.completed, trained.refusal()
+    session = running_federation.session()
+    try:
+        models = ServerConfig.load(server_config).models if server_config.exists() else {}
+        write_server_config(federation.kit(federation.server), {**models, "glioma": str(trained.server_app_dir())})
+        params = EvaluationParams(model="glioma", case_metrics=True, min_clients=3, **architecture)
+        outcome = submit_and_wait(session, export(build_job(EVALUATION, params), tmp_path / "evaluation"),
+                                  timeout=600)
+        wrong = EvaluationParams(model="glioma", label_map="brats2023", **architecture)
+        refused = submit_and_wait(session, export(build_job(EVALUATION, wrong), tmp_path / "wrong"), timeout=300)
+    finally:
+        session.close()
+        server_config.unlink(missing_ok=True)
+        for path, text in kept.items():
+            path.write_text(text)
+
+    assert outcome.completed, outcome.refusal()
+    results = json.loads((outcome.server_app_dir() / "results.json").read_text())
+    assert results["status"] == "finished" and results["model_identity"]["made_by"]["status"] == "finished"
+    assert {k: results["job"].get(k) for k in params_to_json(params)} == params_to_json(params)
+    assert sorted(results["sites"]) == SITES and all(m["eval_cases"] == 5 for m in results["sites"].values())
+    assert [row["case"] for row in results["case_rows"]["site-1"]] == [f"case-00{i}" for i in range(1, 6)]
+    assert sorted(results["case_rows"]) == ["site-1"]
+    assert results["sites"]["site-1"]["eval_dice_wt"] == pytest.approx(
+        sum(row["wt_dice"] for row in results["case_rows"]["site-1"]) / 5, abs=1e-6)
+    assert results["withheld"]["site-2"] == {
+        "case_rows": "the site's policy keeps per-case scores (share_case_metrics is false)"}
+    assert set(results["withheld"]["site-3"]) == {"quartiles", "case_rows"}
+    assert "eval_dice_wt_median" in results["sites"]["site-2"]
+    assert "eval_dice_wt_median" not in results["sites"]["site-3"]
+    assert results["federation"]["eval_cases"] == 15
+    assert results["federation"]["eval_dice_tc"] == pytest.approx(
+        sum(m["eval_dice_tc"] for m in results["sites"].values()) / 3)
+    site_1 = AuditLog(federation.kit("site-1") / "local")
+    assert [e.get("case_rows") for e in site_1.entries(outcome.job_id) if e["event"] == RESULT_SENT] == ["5"]
+    charged = [e for e in Ledger(federation.kit("site-2") / "local").entries() if e["job_id"] == outcome.job_id]
+    assert [(e["job_kind"], e["epsilon"], e["delta"]) for e in charged] == [("brats-evaluation", 0.0, 0.0)]
+
+    assert segmentation_report.main([str(outcome.result_dir), "--out", str(tmp_path / "report")]) == 0
+    table = json.loads((tmp_path / "report" / "evaluation.json").read_text())
+    assert table["model"]["sha256"] == results["model_identity"]["sha256"] and list(table["sites"]) == SITES
+    assert table["sites"]["site-2"]["dice_wt"] == {
+        q: results["sites"]["site-2"][f"eval_dice_wt{suffix}"]
+        for q, suffix in (("mean", ""), ("q1", "_q1"), ("median", "_median"), ("q3", "_q3"))}
+    page = (tmp_path / "report" / "evaluation.html").read_text()
+    assert results["model_identity"]["sha256"] in page and "share_case_metrics is false" in page
+    assert "http" not in page.lower().replace("http-equiv", "")  # nothing to fetch
+    shot = np.asarray(Image.open(screenshot(tmp_path / "report" / "evaluation.html", tmp_path / "report" / "page.png")))
+    assert shot.shape[:2] == (1000, 1200) and shot.std() > 10  # a rendered page, not a blank one
+
+    assert not refused.completed
+    refusal = refused.results()
+    assert refusal["status"] == "failed" and "label_map 'brats2021' (the job says 'brats2023')" in refusal["error"]
+    for site in SITES:
+        audit = AuditLog(federation.kit(site) / "local")
+        assert [e for e in audit.entries(refused.job_id) if e["event"] == RESULT_SENT] == [], site

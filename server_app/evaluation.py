@@ -1,0 +1,62 @@
+"""Evaluation workflow: send one model the server holds to every site, which scores it on its labelled cases and
+answers with what its policy lets leave (means; quartiles and pseudonymised per-case rows over at least its
+`min_cases` cases); results.json records each site's answer and the federation's case-weighted means. The flow is
+`server_app.held_model_task`'s; `fl-eval-report` renders the record as a page."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from nvflare.app_common.abstract.fl_model import FLModel
+
+from fl_contract.job_params import EvaluationParams, HeldModelParams
+from fl_contract.labels import REGIONS
+from fl_contract.segmentation import (
+    CASE_ROWS,
+    DICE,
+    EVAL,
+    EVALUATION_TASK,
+    HD95,
+    LESION_DICE,
+    LESION_HD95,
+    MEAN,
+    WITHHELD,
+    cases_key,
+    metric_key,
+)
+from server_app.aggregation import scalar_metrics, site_name
+from server_app.held_model_task import HeldModelTask
+from server_app.results import RunRecorder
+
+POOLED_KEYS = tuple(metric_key(EVAL, m, r) for m in (DICE, HD95, LESION_DICE, LESION_HD95) for r in (*REGIONS, MEAN))
+"""The means the federation's row pools, each site weighted by its cases (the pooled mean of every case scored)."""
+
+
+def pooled(sites: dict[str, dict[str, float]]) -> dict[str, float]:
+    """The federation's case-weighted means over the sites that answered: the mean over all their cases, as if
+    pooled, computed from the sites' means and counts alone."""
+    weights = {site: metrics.get(cases_key(EVAL), 0.0) for site, metrics in sites.items()}
+    total = sum(weights.values())
+    if not total:
+        return {}
+    federation = {key: sum(weights[s] * m[key] for s, m in sites.items() if key in m) / total for key in POOLED_KEYS
+                  if all(key in m for m in sites.values())}
+    return {**federation, cases_key(EVAL): total}
+
+
+class EvaluationController(HeldModelTask):
+    """One `evaluate` task; results.json records each site's scores, what it withheld and why, its per-case rows
+    where it sent them, and the federation's pooled means."""
+
+    PARAMS: ClassVar[type[HeldModelParams]] = EvaluationParams
+    TASK: ClassVar[str] = EVALUATION_TASK
+    WORKFLOW: ClassVar[str] = "evaluation"
+
+    def record_sites(self, recorder: RunRecorder, results: list[FLModel]) -> None:
+        sites = {site_name(r): scalar_metrics(r) for r in results}
+        recorder.record["sites"] = sites
+        recorder.record["federation"] = pooled(sites)
+        for key in (CASE_ROWS, WITHHELD):
+            by_site: dict[str, Any] = {site_name(r): (r.meta or {})[key] for r in results if key in (r.meta or {})}
+            if by_site:
+                recorder.record[key] = by_site

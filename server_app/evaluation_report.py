@@ -1,0 +1,170 @@
+"""An evaluation's results.json as the page a consortium reads: the model's provenance, each site's scores (Dice
+and HD95 per region, their quartiles where the site sent them, lesion-wise means), the federation's pooled row, a
+heatmap of Dice per site and region, and what each site withheld and why; and the same as JSON.
+
+`fl-seg-report` writes it for a brats-evaluation result. The page is one self-contained HTML file (its heatmap
+embedded as a PNG, no script, no web asset fetched), so it can be mailed or filed with the study's records.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from fl_contract.labels import REGIONS
+from fl_contract.segmentation import (
+    DICE,
+    EVAL,
+    HD95,
+    LESION_DICE,
+    LESION_HD95,
+    MEAN,
+    QUARTILES,
+    cases_key,
+    metric_key,
+    quartile_key,
+)
+
+COLUMNS = (*REGIONS, MEAN)
+HTML_FILE, JSON_FILE, HEATMAP_FILE = "evaluation.html", "evaluation.json", "evaluation.png"
+
+
+def is_evaluation(results: dict[str, Any]) -> bool:
+    return bool((results.get("job") or {}).get("workflow") == "evaluation")
+
+
+def summary(results: dict[str, Any]) -> dict[str, Any]:
+    """What the page shows, as data: the model, one row per site (and the federation's), what was withheld."""
+    rows = {site: _row(metrics) for site, metrics in sorted((results.get("sites") or {}).items())}
+    federation = results.get("federation") or {}
+    return {"status": results.get("status"), "error": results.get("error"),
+            "model": {**(results.get("model_identity") or {}), "network": (results.get("job") or {}).get("network"),
+                      "model_args": (results.get("job") or {}).get("model_args")},
+            "sites": rows, "federation": _row(federation) if federation else {},
+            "withheld": results.get("withheld") or {}, "case_rows": sorted(results.get("case_rows") or {}),
+            "no_result": results.get("no_result") or [], "outcomes": results.get("outcomes") or {}}
+
+
+def _row(metrics: dict[str, float]) -> dict[str, Any]:
+    row: dict[str, Any] = {"cases": metrics.get(cases_key(EVAL))}
+    for metric in (DICE, HD95, LESION_DICE, LESION_HD95):
+        for region in COLUMNS:
+            key = metric_key(EVAL, metric, region)
+            if key in metrics:
+                row[f"{metric}_{region.lower()}"] = {
+                    "mean": metrics[key], **{q: metrics[quartile_key(EVAL, metric, region, q)] for q in QUARTILES
+                                             if quartile_key(EVAL, metric, region, q) in metrics}}
+    return row
+
+
+def evaluation_text(table: dict[str, Any]) -> str:
+    """The per-site table as the terminal shows it: cases and mean Dice per region, the federation last."""
+    rows = [*table["sites"].items(), *([("federation", table["federation"])] if table["federation"] else [])]
+    lines = [f"{'site':<12} {'cases':>5} " + " ".join(f"{'Dice ' + c:>10}" for c in COLUMNS)]
+    for name, row in rows:
+        cells = " ".join(f"{(row.get(f'dice_{c.lower()}') or {}).get('mean', float('nan')):>10.3f}" for c in COLUMNS)
+        lines.append(f"{name:<12} {row.get('cases') or 0:>5.0f} {cells}")
+    return "\n".join(lines)
+
+
+def heatmap_png(table: dict[str, Any]) -> bytes:
+    """Mean Dice per site (rows, the federation last) and region (columns), each cell labelled with its value."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = {**table["sites"], **({"federation": table["federation"]} if table["federation"] else {})}
+    names = list(rows)
+    values = [[(rows[n].get(f"dice_{c.lower()}") or {}).get("mean", float("nan")) for c in COLUMNS] for n in names]
+    fig, ax = plt.subplots(figsize=(5.2, 0.55 * len(names) + 1.4))
+    image = ax.imshow(values, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(COLUMNS)), [c if c != MEAN else "mean" for c in COLUMNS])
+    ax.set_yticks(range(len(names)), names)
+    for i, line in enumerate(values):
+        for j, value in enumerate(line):
+            ax.text(j, i, f"{value:.3f}", ha="center", va="center", color="white" if value < 0.6 else "black")
+    ax.set_title("Dice (BraTS convention), mean over each site's cases")
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _cell(value: dict[str, float] | None, digits: int) -> str:
+    if not value:
+        return "<td>-</td>"
+    spread = (f"<br><small>{value['median']:.{digits}f} [{value['q1']:.{digits}f}, {value['q3']:.{digits}f}]</small>"
+              if "median" in value else "")
+    return f"<td>{value['mean']:.{digits}f}{spread}</td>"
+
+
+def page(table: dict[str, Any], heatmap: bytes) -> str:
+    """The HTML page: nothing in it is fetched or run."""
+    model = table["model"]
+    made_by = model.get("made_by") or {}
+    provenance = [("file", model.get("path")), ("sha256", model.get("sha256")), ("label map", model.get("label_map")),
+                  ("network", f"{model.get('network')} {model.get('model_args')}"),
+                  ("made by", f"{made_by.get('results')} ({made_by.get('status')}, {made_by.get('rounds')} rounds)"
+                   if made_by else "not recorded: no results.json beside the model")]
+    head = "".join(f"<th>Dice {c}</th>" for c in COLUMNS) + "<th>HD95 mean (mm)</th><th>lesion-wise Dice mean</th>" \
+        "<th>lesion-wise HD95 mean (mm)</th>"
+    body = []
+    for name, row in [*table["sites"].items(), *([("federation", table["federation"])] if table["federation"] else [])]:
+        cells = "".join(_cell(row.get(f"dice_{c.lower()}"), 3) for c in COLUMNS)
+        cells += _cell(row.get("hd95_mean"), 1) + _cell(row.get("lesion_dice_mean"), 3) + \
+            _cell(row.get("lesion_hd95_mean"), 1)
+        cases = f"{row['cases']:.0f}" if row.get("cases") is not None else "-"
+        css = ' class="federation"' if name == "federation" else ""
+        body.append(f"<tr{css}><th>{html.escape(name)}</th><td>{cases}</td>{cells}</tr>")
+    notes = [f"<li><b>{html.escape(site)}</b>: {html.escape(what)}: {html.escape(why)}</li>"
+             for site, withheld in sorted(table["withheld"].items()) for what, why in sorted(withheld.items())]
+    outcomes = table["outcomes"]
+    notes += [f"<li><b>{html.escape(site)}</b>: no result ({html.escape(str(outcomes.get(site, 'no answer')))})</li>"
+              for site in table["no_result"]]
+    status = html.escape(str(table["status"])) + (f": {html.escape(str(table['error']))}" if table["error"] else "")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Model evaluation across sites</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; color: #222; max-width: 72em; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+th, td {{ border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; }}
+th {{ background: #f0f0f0; }} tr th:first-child {{ text-align: left; }}
+tr.federation td, tr.federation th {{ font-weight: bold; border-top: 2px solid #444; }}
+dl {{ display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }} dt {{ font-weight: bold; }}
+dd {{ margin: 0; font-family: monospace; overflow-wrap: anywhere; }} small {{ color: #555; white-space: nowrap; }}
+</style></head><body>
+<h1>Model evaluation across sites</h1>
+<p>Job status: {status}. Each site scored the model on its own labelled cases (BraTS 2023 procedure); only the
+values below left the sites. A cell holds the mean over the site's cases and, where the site sent them, the median
+[first, third quartile]; the federation row is the mean over every case scored.</p>
+<h2>Model</h2>
+<dl>{"".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in provenance)}</dl>
+<h2>Scores per site</h2>
+<table><tr><th>site</th><th>cases</th>{head}</tr>
+{chr(10).join(body)}
+</table>
+<img alt="Dice per site and region" src="data:image/png;base64,{base64.b64encode(heatmap).decode()}">
+<h2>What sites withheld</h2>
+<ul>{"".join(notes) or "<li>nothing: every site sent every value the job asked for</li>"}</ul>
+<p>Per-case rows (pseudonymised) came from: {html.escape(", ".join(table["case_rows"]) or "no site")}.</p>
+</body></html>
+"""
+
+
+def write_report(results: dict[str, Any], out: Path) -> list[Path]:
+    """evaluation.html, evaluation.json and evaluation.png (the heatmap) in `out`."""
+    table = summary(results)
+    heatmap = heatmap_png(table)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / HTML_FILE, out / JSON_FILE, out / HEATMAP_FILE]
+    paths[0].write_text(page(table, heatmap))
+    paths[1].write_text(json.dumps(table, indent=2))
+    paths[2].write_bytes(heatmap)
+    return paths
