@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from federation_tools.loopback import LoopbackFederation, free_port
-from jobs.admin import submit_and_wait
+from fl_contract.job_params import HeldModelParams
+from jobs.admin import JobOutcome, submit_and_wait
 from jobs.common import build_job, export
 from jobs.demo_job import DemoJob
 from jobs.registry import job_kind, kinds
@@ -29,13 +30,13 @@ SITES = ["site-1", "site-2", "site-3"]
 
 
 def demo_jobs() -> dict[str, DemoJob]:
-    """Every registered job kind's demo entries, by demo name."""
+    """Every registered job kind's demo entries, by demo name; those scoring another's model after the others."""
     entries: dict[str, DemoJob] = {}
     for kind in kinds().values():
         if kind.demo:
             module, _, attribute = kind.demo.partition(":")
             entries.update((d.name, d) for d in getattr(importlib.import_module(module), attribute))
-    return entries
+    return dict(sorted(entries.items(), key=lambda entry: entry[1].model_from is not None))
 
 
 def _step(text: str) -> None:
@@ -51,6 +52,10 @@ def run_demo(workspace: Path, job_names: list[str], port: int | None = None) -> 
         shutil.rmtree(workspace)
     available = demo_jobs()
     jobs = [available[name] for name in job_names]
+    for index, job in enumerate(jobs):
+        if job.model_from and job.model_from not in job_names[:index]:
+            raise ValueError(f"demo job {job.name} scores the model {job.model_from} trains: list {job.model_from} "
+                             f"before it in --jobs")
     started = time.monotonic()
 
     _step("federation lead: provisioning startup kits (server, 3 sites, 1 admin)")
@@ -80,8 +85,13 @@ def run_demo(workspace: Path, job_names: list[str], port: int | None = None) -> 
         print(f"sites connected over mutual TLS: {', '.join(SITES)}")
 
         session = loopback.session(ADMIN)
+        outcomes: dict[str, JobOutcome] = {}
         try:
             for job in jobs:
+                if job.model_from and isinstance(job.params, HeldModelParams):
+                    server_models[job.params.model] = str(outcomes[job.model_from].server_app_dir())
+                    path = write_server_config(federation.kit(federation.server), server_models)
+                    print(f"\nfederation lead: {job.name} scores {job.model_from}'s model; wrote {path}")
                 _step(f"admin: submitting {job.name} through the FLARE API")
                 job_dir = export(build_job(job_kind(job.kind), job.params), workspace / "jobs")
                 outcome = submit_and_wait(session, job_dir, timeout=1800)
@@ -90,6 +100,7 @@ def run_demo(workspace: Path, job_names: list[str], port: int | None = None) -> 
                     return 1
                 print(f"results downloaded to {outcome.result_dir}")
                 print(job.summarise(outcome))
+                outcomes[job.name] = outcome
         finally:
             session.close()
         _step("shutting down")
@@ -108,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.jobs.split(",")) - set(available))
     if unknown:
         parser.error(f"unknown demo jobs {unknown}; choose from {sorted(available)}")
-    return run_demo(args.workspace, args.jobs.split(","), args.port)
+    try:
+        return run_demo(args.workspace, args.jobs.split(","), args.port)
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 if __name__ == "__main__":

@@ -24,3 +24,6 @@ class DemoJob:
     make_site_data: Callable[[int, str, Path], dict[str, str]]  # (1-based index, site, data root) -> dataset folders
     summarise: Callable[[JobOutcome], str]
     server_models: Callable[[Path], dict[str, str]] | None = None  # (data root) -> model folders for server_app.json
+    model_from: str | None = None
+    """The earlier demo job whose server folder (its results, best model) is the model this job's `model` key names:
+    the demo maps the key to it in server_app.json once that job has finished, as the lead would."""

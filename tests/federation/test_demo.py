@@ -32,3 +32,13 @@ def test_demo_runs_fedavg_end_to_end_and_cleans_up(tmp_path):
     assert "5  [+1.995, -2.990]" in completed.stdout
     assert "demo finished" in completed.stdout
     assert _federation_processes(workspace) == []
+
+
+def test_the_evaluation_demo_asks_for_the_training_demo_before_it(tmp_path):
+    fl_demo = Path(sys.executable).with_name("fl-demo")
+
+    completed = subprocess.run([str(fl_demo), "--workspace", str(tmp_path / "demo"), "--jobs", "brats-evaluation"],
+                               capture_output=True, text=True, timeout=120)
+
+    assert completed.returncode == 2 and not (tmp_path / "demo").exists()
+    assert "list brats-segmentation before it in --jobs" in completed.stderr
