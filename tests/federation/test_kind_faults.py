@@ -21,6 +21,8 @@ from fl_contract.segmentation import MODEL
 from jobs.admin import follow_job
 from jobs.common import build_job, export
 from jobs.demo_data import isic_demo_site
+from jobs.evaluation.spec import KIND as EVALUATION_KIND
+from jobs.evaluation.spec import EvaluationParams
 from jobs.inference.spec import KIND as INFERENCE_KIND
 from jobs.inference.spec import InferenceParams
 from jobs.playerfl.demo import DEMO_JOB_ARGS
@@ -39,8 +41,10 @@ pytestmark = pytest.mark.federation
 
 
 INFERENCE_CASES = 8  # 48^3 each: seconds of work per site, time to strike mid-job
-INFERENCE = InferenceParams(model="run-1", min_clients=2, **{k: CPU_DEMO[k] for k in (
-    "roi_size", "init_filters", "blocks_down", "blocks_up", "dropout_prob")})
+ARCHITECTURE = {k: CPU_DEMO[k] for k in ("roi_size", "init_filters", "blocks_down", "blocks_up", "dropout_prob")}
+INFERENCE = InferenceParams(model="run-1", min_clients=2, **ARCHITECTURE)
+EVALUATION = EvaluationParams(model="run-1", dataset="brats_inference", min_clients=2, **ARCHITECTURE)
+"""Scores the same model on the same cases (they carry labels too)."""
 GAUNTLET: dict[str, tuple[JobKind[Any], JobParams]] = {
     "brats-segmentation": (SEGMENTATION, SegmentationParams(num_rounds=3, min_clients=2, tracking=False, **CPU_DEMO)),
     "playerfl": (PLAYERFL, PLayerFLParams(**{**DEMO_JOB_ARGS, "num_rounds": 3, "local_epochs": 1, "min_clients": 2})),
@@ -142,42 +146,52 @@ def test_a_rebooted_playerfl_site_comes_back_into_its_job_with_its_personal_laye
     assert (federation.kit("site-3") / f"{job_id}.before-restart-1").is_dir()  # its interrupted run, kept
 
 
-def test_inference_goes_on_without_a_dead_site_and_stops_named_on_a_server_restart_or_an_abort(fault_federation,
-                                                                                             tmp_path):
-    """brats-inference is one task: a site killed during it and started again at once (a service's restart) gets
-    the task again once the server has deployed the job to it again (the task still waiting for it, or sent again),
-    and every site's cases are segmented;
-    the server killed during it closes the job with 'submit it again'; an abort stops it."""
+def test_one_model_kinds_go_on_without_a_dead_site_and_stop_named_on_a_server_restart_or_an_abort(fault_federation,
+                                                                                               tmp_path):
+    """brats-inference and brats-evaluation are one task each (server_app.held_model_task), run side by side here
+    through each fault: a site killed during the task and started again at once (a service's restart) gets the task
+    again once the server has deployed the job to it again (the task still waiting for it, or sent again), and
+    every site's cases are segmented, or scored; the server killed during it closes the job with 'submit it
+    again'; an abort stops it."""
     federation, loopback = fault_federation
-    job_dir = export(build_job(INFERENCE_KIND, INFERENCE), tmp_path)
+    job_dirs = [export(build_job(INFERENCE_KIND, INFERENCE), tmp_path / "inference"),
+                export(build_job(EVALUATION_KIND, EVALUATION), tmp_path / "evaluation")]
+
+    def submit_both(session: Any) -> list[str]:
+        ids = [submit(session, job_dir) for job_dir in job_dirs]
+        for job_id in ids:
+            wait_for_server_log(federation, job_id, "to the sites")
+        return ids
+
     session = loopback.session(ADMIN)
     try:
-        finished_id = submit(session, job_dir)
-        wait_for_server_log(federation, finished_id, "to the sites")
+        finished_ids = submit_both(session)
         loopback.kill_participant("site-3")
         loopback.bring_up(ADMIN)
-        finished = follow_job(session, finished_id, timeout=300, progress=None)
-        interrupted = submit(session, job_dir)
-        wait_for_server_log(federation, interrupted, "to the sites")
+        finished = [follow_job(session, job_id, timeout=300, progress=None) for job_id in finished_ids]
+        interrupted = submit_both(session)
         loopback.kill_participant(federation.server)
     finally:
         session.close()
     loopback.bring_up(ADMIN)  # the server and site-3
     session = loopback.session(ADMIN)
     try:
-        closed = follow_job(session, interrupted, timeout=120, progress=None)
-        aborted_id = submit(session, job_dir)
-        wait_for_server_log(federation, aborted_id, "to the sites")
-        abort_running(session, aborted_id)
-        aborted = follow_job(session, aborted_id, timeout=120, progress=None)
+        closed = [follow_job(session, job_id, timeout=120, progress=None) for job_id in interrupted]
+        aborted_ids = submit_both(session)
+        for job_id in aborted_ids:
+            abort_running(session, job_id)
+        aborted = [follow_job(session, job_id, timeout=120, progress=None) for job_id in aborted_ids]
     finally:
         session.close()
 
-    results = finished.results()
-    assert finished.completed and results["status"] == "finished", finished.refusal()
-    # FLARE gives site-3's new job process the task still waiting for it, or the workflow sends it again
-    assert results.get("sent_again", ["site-3"]) == ["site-3"], results.get("sent_again")
-    assert results["no_result"] == [] and sorted(results["sites"]) == SITES
-    assert all(r["cases_segmented"] == INFERENCE_CASES for r in results["sites"].values())
-    assert closed.status == "FINISHED:ABNORMAL" and "submit it again" in closed.meta.get("interrupted", "")
-    assert aborted.status == "FINISHED:ABORTED" and aborted.results()["status"] == "aborted"
+    for outcome, answered in zip(finished, ("cases_segmented", "eval_cases")):
+        results = outcome.results()
+        assert outcome.completed and results["status"] == "finished", outcome.refusal()
+        # FLARE gives site-3's new job process the task still waiting for it, or the workflow sends it again
+        assert results.get("sent_again", ["site-3"]) == ["site-3"], results.get("sent_again")
+        assert results["no_result"] == [] and sorted(results["sites"]) == SITES
+        assert all(r[answered] == INFERENCE_CASES for r in results["sites"].values()), answered
+    for outcome in closed:
+        assert outcome.status == "FINISHED:ABNORMAL" and "submit it again" in outcome.meta.get("interrupted", "")
+    for outcome in aborted:
+        assert outcome.status == "FINISHED:ABORTED" and outcome.results()["status"] == "aborted"
