@@ -101,3 +101,14 @@ WITHHELD = "withheld"
 def quartile_key(split: str, metric: str, region: str, quartile: str) -> str:
     """e.g. `eval_dice_tc_median`, `eval_lesion_hd95_mean_q1` (the quartile of the cases' region means)."""
     return f"{metric_key(split, metric, region)}_{quartile}"
+
+
+LOCAL_MODEL_TASK = "local_model"
+"""Cross-site evaluation's first step: each site's final local model (trained in the last round), where it may leave."""
+CROSS_VALIDATE_TASK = "cross_validate"
+"""Cross-site evaluation's second step: one model (meta `MODEL_NAME`) scored on the site's held-out cases."""
+LOCAL_MODEL_SENT = "local_model_sent"
+"""The `local_model` answer's one metric: 1 with the model, 0 when the site kept it (its reason in `meta.withheld`)."""
+MODEL_NAME = "model"
+GLOBAL_MODEL = "global"
+"""The cross-site matrix's name of the selected global model (the others are named by the site that trained them)."""

@@ -72,23 +72,32 @@ def evaluation_text(table: dict[str, Any]) -> str:
 
 
 def heatmap_png(table: dict[str, Any]) -> bytes:
-    """Mean Dice per site (rows, the federation last) and region (columns), each cell labelled with its value."""
+    """Mean Dice per site (rows, the federation last) and region (columns)."""
+    rows = {**table["sites"], **({"federation": table["federation"]} if table["federation"] else {})}
+    values = {name: {c if c != MEAN else "mean": (row.get(f"dice_{c.lower()}") or {}).get("mean", float("nan"))
+                     for c in COLUMNS} for name, row in rows.items()}
+    return dice_heatmap(values, "Dice (BraTS convention), mean over each site's cases")
+
+
+def dice_heatmap(values: dict[str, dict[str, float]], title: str) -> bytes:
+    """A PNG of {row: {column: Dice}} on a 0-1 scale, each cell labelled with its value (missing: blank)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = {**table["sites"], **({"federation": table["federation"]} if table["federation"] else {})}
-    names = list(rows)
-    values = [[(rows[n].get(f"dice_{c.lower()}") or {}).get("mean", float("nan")) for c in COLUMNS] for n in names]
-    fig, ax = plt.subplots(figsize=(5.2, 0.55 * len(names) + 1.4))
-    image = ax.imshow(values, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(COLUMNS)), [c if c != MEAN else "mean" for c in COLUMNS])
+    names = list(values)
+    columns = list(dict.fromkeys(c for row in values.values() for c in row))
+    grid = [[values[n].get(c, float("nan")) for c in columns] for n in names]
+    fig, ax = plt.subplots(figsize=(1.1 * len(columns) + 2.6, 0.55 * len(names) + 1.4))
+    image = ax.imshow(grid, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(columns)), columns)
     ax.set_yticks(range(len(names)), names)
-    for i, line in enumerate(values):
+    for i, line in enumerate(grid):
         for j, value in enumerate(line):
-            ax.text(j, i, f"{value:.3f}", ha="center", va="center", color="white" if value < 0.6 else "black")
-    ax.set_title("Dice (BraTS convention), mean over each site's cases")
+            if value == value:  # not NaN
+                ax.text(j, i, f"{value:.3f}", ha="center", va="center", color="white" if value < 0.6 else "black")
+    ax.set_title(title)
     fig.colorbar(image, ax=ax)
     fig.tight_layout()
     buffer = io.BytesIO()

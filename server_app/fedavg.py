@@ -4,7 +4,8 @@ With `selection_metric`, the workflow also keeps the best global model by a vali
 about the model they received (see `server_app.selection`): each round's entry in results.json records it, an
 extra `validate` task scores the final model, and the best model is saved as `best_global_model.pt`. With
 `test_metric` as well, a last `test` task sends the best model to every site, which scores it on its held-out test
-cases; results.json records it under "test" (selection never sees those cases).
+cases; results.json records it under "test" (selection never sees those cases). With `cross_site_evaluation`,
+the selected model and the sites' local models are then scored at every site (`server_app.cross_site`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from server_app.aggregation import (
     site_name,
 )
 from server_app.checkpoint import Resumed
+from server_app.cross_site import cross_site_evaluation
 from server_app.results import BEST_MODEL_FILE
 from server_app.round_workflow import RoundWorkflow
 from server_app.selection import BestModel, Params, site_weighted_mean
@@ -104,8 +106,21 @@ class FedAvgController(RoundWorkflow):
                 if self.abort_signal.triggered:
                     self.stopped("the final test")
                     return False
+        split = self.job.cross_site_split()
+        if split:
+            self.info(f"cross-site evaluation on the sites' {split} cases")
+            self.recorder.record["cross_site"] = cross_site_evaluation(
+                self._send_after_rounds, self.best.params if self.best else self.global_params, self.global_params,
+                self.weights_encoding, split, self.job.local_models_refusal(), self.site_names(),
+                lambda: bool(self.abort_signal.triggered))
+            if self.abort_signal.triggered:
+                self.stopped("the cross-site evaluation")
+                return False
         self.recorder.finish("finished")
         return True
+
+    def _send_after_rounds(self, task_name: str, params: Params, meta: dict[str, Any]) -> list[FLModel]:
+        return self._broadcast(task_name, params, self.job.num_rounds, meta)
 
     def _broadcast(self, task_name: str, params: Params, round_index: int,
                    meta: dict[str, Any] | None = None) -> list[FLModel]:

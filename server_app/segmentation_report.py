@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from server_app.evaluation_report import evaluation_text, is_evaluation, summary, write_report
+from server_app.evaluation_report import dice_heatmap, evaluation_text, is_evaluation, summary, write_report
 from server_app.results import RESULTS_FILE
 
 REGIONS = ("tc", "wt", "et", "mean")
@@ -60,7 +60,33 @@ def markdown(results: dict[str, Any]) -> str:
     if best:
         lines += ["", f"Best global model: {best['metric']} {best['value']:.3f} "
                       f"at model round {best['model_round']} ({best['file']})."]
-    return "\n".join(lines + _test_lines(results.get("test"))) + "\n"
+    return "\n".join(lines + _test_lines(results.get("test")) + _cross_site_lines(results.get("cross_site"))) + "\n"
+
+
+def _cross_site_lines(cross: dict[str, Any] | None) -> list[str]:
+    """The cross-site matrix: each site's Dice (mean of TC, WT, ET) of each model on its held-out cases."""
+    if not cross or not cross.get("sites"):
+        return []
+    key, models = f"{cross['split']}_dice_mean", cross["models"]
+    lines = ["", f"Cross-site evaluation on the sites' {cross['split']} cases, Dice mean (rows: the site scoring; "
+                 "columns: the model, global or the site that trained it):", "",
+             "| site | " + " | ".join(models) + " |", "|---|" + "---:|" * len(models)]
+    for site, row in cross["sites"].items():
+        lines.append(f"| {site} | " + " | ".join(f"{row[m][key]:.3f}" if key in row.get(m, {}) else "-"
+                                                 for m in models) + " |")
+    lines += [f"- {site}'s model not scored: {why}" for site, why in sorted(cross.get("withheld", {}).items())]
+    return lines
+
+
+def cross_site_plot(results: dict[str, Any], path: Path) -> Path | None:
+    """The cross-site Dice matrix as a heatmap, when the run has one."""
+    cross = results.get("cross_site") or {}
+    if not cross.get("sites"):
+        return None
+    key = f"{cross['split']}_dice_mean"
+    values = {site: {m: v[key] for m, v in row.items() if key in v} for site, row in cross["sites"].items()}
+    path.write_bytes(dice_heatmap(values, f"Dice mean on each site's {cross['split']} cases, by model"))
+    return path
 
 
 def _test_lines(test: dict[str, Any] | None) -> list[str]:
@@ -139,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     text = markdown(results)
     (args.out / "dice.md").write_text(text)
-    plot(results, args.out / "dice.png")
-    print(text + f"\nwrote {args.out / 'dice.md'} and {args.out / 'dice.png'}")
+    written = [plot(results, args.out / "dice.png"), cross_site_plot(results, args.out / "cross_site.png")]
+    print(text + f"\nwrote {args.out / 'dice.md'}, " + ", ".join(str(p) for p in written if p))
     return 0
 
 

@@ -64,6 +64,10 @@ class SitePolicy:
     share_case_metrics: bool = _field(
         False, "an evaluation job that asks for them (case_metrics) gets this site's per-case scores, as pseudonymised "
                "rows; false: only the means and quartiles leave")
+    share_local_model: bool = _field(
+        False, "a training job with cross_site_evaluation sends this site's final local model to the server and the "
+               "other sites to be scored there (never with secure aggregation or client-side DP); false: only the "
+               "global model is scored")
     min_cases: int = _field(5, "fewest cases an evaluation's quartiles and per-case rows are sent over; a site that "
                                "scored fewer sends its means and case count only, and says so")
     budget_epsilon: float = _field(30.0, "total epsilon all jobs may spend at this site (the ledger's sum)")

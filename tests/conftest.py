@@ -159,7 +159,7 @@ def fedavg_run(running_federation: RunningFederation, fedavg_job_dir: Path,
 
 
 SEGMENTATION_DP = SegmentationParams(num_rounds=2, dp_clip_norm=0.005, dp_noise_multiplier=1.0, min_clients=3,
-                                     **CPU_DEMO)
+                                     cross_site_evaluation=True, **CPU_DEMO)
 
 
 @pytest.fixture(scope="session")

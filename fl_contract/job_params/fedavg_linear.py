@@ -31,3 +31,10 @@ class FedAvgLinearParams(WeightsEncodingParams, SecureWeightsParams, RoundParams
     def selection(self) -> tuple[str | None, str | None, str | None, str | None]:
         """(selection metric, its weight, test metric, its weight): none; the reference run keeps its last model."""
         return None, None, None, None
+
+    def cross_site_split(self) -> str | None:
+        """No cross-site evaluation: the reference model has no held-out cases to score."""
+        return None
+
+    def local_models_refusal(self) -> str:
+        return "the reference job has no cross-site evaluation"

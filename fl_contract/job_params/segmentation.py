@@ -14,7 +14,16 @@ from fl_contract.aggregation_rules import AGGREGATION_RULES
 from fl_contract.labels import LABEL_MAPS
 from fl_contract.masked_weights import SecureWeightsParams
 from fl_contract.params import FederationParams, ParameterError, RoundParams, param
-from fl_contract.segmentation import MODEL, SELECTION_METRIC, TEST_CASES, TEST_METRIC, VAL_CASES, min_roi_divisor
+from fl_contract.segmentation import (
+    MODEL,
+    SELECTION_METRIC,
+    TEST,
+    TEST_CASES,
+    TEST_METRIC,
+    VAL,
+    VAL_CASES,
+    min_roi_divisor,
+)
 from fl_contract.weights_encoding import WeightsEncodingParams
 
 
@@ -112,6 +121,12 @@ class SegmentationParams(WeightsEncodingParams, SecureWeightsParams, SegResNetPa
     min_clients: int = param(2, "sites that must answer each round", low=1)
     dataset: str = param("brats", "dataset key sites map to their glioma cases in site_agent.json")
     seed: int = param(0, "initial weights, case split, augmentation, batch order")
+    cross_site_evaluation: bool = param(False, "after the last round, score the selected global model and each "
+                                               "site's final local model at every site, on its test cases (its "
+                                               "validation cases without a test split): a sites x models matrix in "
+                                               "results.json; a local model leaves its site only where the site's "
+                                               "policy allows it (share_local_model), never with secure_aggregation "
+                                               "or client-side DP")
 
     def case_recipe(self) -> CaseRecipe:
         """What the site's data layer (site_agent.segmentation.data) needs of these parameters."""
@@ -126,6 +141,24 @@ class SegmentationParams(WeightsEncodingParams, SecureWeightsParams, SegResNetPa
         """(selection metric, its weight, test metric, its weight): the best model by site-weighted validation Dice,
         scored once on the test cases when there are any."""
         return SELECTION_METRIC, VAL_CASES, TEST_METRIC if self.test_fraction > 0 else None, TEST_CASES
+
+    def cross_site_split(self) -> str | None:
+        """The cases cross-site evaluation scores every model on (never the training cases), or None without it."""
+        if not self.cross_site_evaluation:
+            return None
+        return TEST if self.test_fraction > 0 else VAL
+
+    def local_models_refusal(self) -> str:
+        """Why no site's local model may leave for cross-site evaluation, whatever its policy, or "": with
+        secure aggregation the server must never hold one site's model; with client-side DP the local model is
+        the raw one, outside the guarantee its noised updates have."""
+        if self.secure_aggregation:
+            return ("the job masks the sites' updates (secure_aggregation): no site's own model ever reaches the "
+                    "server, so only the global model is scored")
+        if self.dp_clip_norm > 0:
+            return ("the job's client-side DP covers only the noised updates: a site's raw local model would leave "
+                    "outside that guarantee, so only the global model is scored")
+        return ""
 
     def check(self) -> None:
         super().check()

@@ -6,7 +6,9 @@ train it for `local_epochs` on the training cases, optionally privatise the upda
 weight difference), and send the weights with the number of training cases. The `validate` task only scores the
 received model; the `test` task scores the model the server selected on the site's test cases. Each case's scores
 stay at the site, in `<workspace>/segmentation/<job id>/case_results.csv`; only per-site means and counts are
-sent. Metrics also go to TensorBoard through FLARE's experiment tracking when the job names a writer. What leaves
+sent. With `cross_site_evaluation`, after the rounds the site sends its final local model where its policy allows
+(`local_model`) and scores each model it is sent on its held-out cases (`cross_validate`; server_app.cross_site).
+Metrics also go to TensorBoard through FLARE's experiment tracking when the job names a writer. What leaves
 the site is listed in docs/segmentation.md.
 
 How the site feeds its device is the site's setting (`site_agent.site_config.ComputeSettings`: loader workers,
@@ -29,10 +31,22 @@ from fl_contract.job_params import SegmentationParams, job_params
 from fl_contract.labels import LABEL_MAPS, REGIONS
 from fl_contract.models import build_model, load_numpy_params, state_dict_to_numpy
 from fl_contract.precision import select_precision
-from fl_contract.segmentation import DP_EPSILON, DP_NOISE_STD, MODEL, TEST, TRAIN_LOSS, VAL
+from fl_contract.segmentation import (
+    CROSS_VALIDATE_TASK,
+    DP_EPSILON,
+    DP_NOISE_STD,
+    LOCAL_MODEL_SENT,
+    MODEL,
+    MODEL_NAME,
+    TEST,
+    TRAIN_LOSS,
+    VAL,
+    WITHHELD,
+)
 from fl_contract.tracking import sender_id
 from site_agent.accounting import client_dp_epsilon
 from site_agent.data.pipeline import surface_data_errors
+from site_agent.policy import PolicyInForce
 from site_agent.segmentation.data import SiteData, load_site_data
 from site_agent.segmentation.dp import noise_std, privatise_update
 from site_agent.segmentation.memory import GIB, check_training_memory, estimate_training_memory
@@ -52,6 +66,7 @@ class SegmentationTask(TrackedTask):
         self.model_args = job.model_args()
         self._data: dict[Path, SiteData] = {}
         self._memory_checked = False
+        self._local_model: dict[str, np.ndarray] | None = None  # trained in the last round, for cross-site evaluation
 
     def task_train(self, model: FLModel, ctx: SiteContext) -> FLModel:
         with surface_data_errors():  # cases beyond cache_rate are read (and may fail) during the round
@@ -63,6 +78,40 @@ class SegmentationTask(TrackedTask):
     def task_test(self, model: FLModel, ctx: SiteContext) -> FLModel:
         """Score the model the server selected on validation (sent once, after the last round) on the test cases."""
         return self._scored(model, ctx, TEST, "test")
+
+    def task_local_model(self, model: FLModel, ctx: SiteContext) -> FLModel:
+        """Cross-site evaluation: this site's final local model (trained in the last round, before any DP), where
+        the job and the site's policy let it leave; else only the reason, in `meta.withheld`."""
+        refusal = self.job.local_models_refusal() or self._local_model_refusal(ctx)
+        if refusal or self._local_model is None:
+            self.logger.info(f"local model kept at the site: {refusal}")
+            return FLModel(metrics={LOCAL_MODEL_SENT: 0.0}, meta={WITHHELD: refusal})
+        self.note_for_audit(local_model="sent for cross-site evaluation (share_local_model)")
+        return FLModel(params=dict(self._local_model), params_type=ParamsType.FULL, metrics={LOCAL_MODEL_SENT: 1.0})
+
+    def task_cross_validate(self, model: FLModel, ctx: SiteContext) -> FLModel:
+        """Cross-site evaluation: score one model (the global one or a site's local one, named in its meta) on
+        this site's held-out cases, as the test task scores the selected model."""
+        split = self.job.cross_site_split()
+        if split is None:
+            raise RuntimeError("the job has no cross-site evaluation (cross_site_evaluation is false)")
+        name = str((model.meta or {}).get(MODEL_NAME, "unnamed"))
+        with surface_data_errors():
+            data = self.site_data(ctx)
+            metrics = self.score(self.network(model.params, ctx.device), data, split, ctx, model,
+                                 f"{CROSS_VALIDATE_TASK} {name}")
+        return FLModel(metrics=metrics)
+
+    def _local_model_refusal(self, ctx: SiteContext) -> str:
+        """Why this site keeps its local model (its policy, or no model trained by this job process), or ""."""
+        site = PolicyInForce.read(ctx.local_dir)
+        if site.policy is None:
+            return site.problem
+        if not site.policy.share_local_model:
+            return "the site's policy keeps its local model (share_local_model is false)"
+        if self._local_model is None:
+            return "the site holds no local model of this job: its job process trained in no round (it restarted)"
+        return ""
 
     def _scored(self, model: FLModel, ctx: SiteContext, split: str, task: str) -> FLModel:
         with surface_data_errors():
@@ -87,6 +136,7 @@ class SegmentationTask(TrackedTask):
         metrics[TRAIN_LOSS] = train_epochs(net, loader, optimizer, ctx.device, self.job.local_epochs,
                                            lambda: ctx.abort_signal.triggered)
         params = state_dict_to_numpy(net)
+        self._local_model = params
         if self.job.dp_clip_norm > 0:
             # OS entropy, never the job seed: a noise seed the server knows would let it subtract the noise
             params = privatise_update(model.params, params, self.job.dp_clip_norm, self.job.dp_noise_multiplier,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import time
@@ -20,7 +21,8 @@ from jobs.evaluation.spec import KIND as EVALUATION
 from jobs.evaluation.spec import EvaluationParams
 from jobs.inference.spec import KIND as INFERENCE
 from jobs.inference.spec import InferenceParams
-from jobs.segmentation.spec import CPU_DEMO
+from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
+from jobs.segmentation.spec import KIND as SEGMENTATION
 from provisioning.provision import customise, load_template, provision
 from server_app import segmentation_report
 from server_app.server_config import ServerConfig, write_server_config
@@ -28,6 +30,7 @@ from site_agent.audit import RESULT_SENT, AuditLog
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.ledger import Ledger
 from site_agent.preflight import run_checks
+from site_agent.segmentation.metrics import case_results_path
 from site_agent.site_config import SiteConfig, write_site_config
 
 pytestmark = pytest.mark.federation
@@ -302,3 +305,48 @@ def test_evaluation_scores_the_trained_model_at_every_site_under_each_sites_own_
     for site in SITES:
         audit = AuditLog(federation.kit(site) / "local")
         assert [e for e in audit.entries(refused.job_id) if e["event"] == RESULT_SENT] == [], site
+
+
+def test_cross_site_evaluation_scores_each_allowed_local_model_and_the_global_one_at_every_site(running_federation,
+                                                                                                tmp_path):
+    """A 1-round segmentation run with cross-site evaluation: site-1's and site-2's policies let their final local
+    models leave, site-3's keeps its own; every site scores the global model and the two local ones on its test
+    case. The global column is the test task's scores of the same model; each site's scores of a model are the
+    mean of the rows it kept for that model."""
+    federation = running_federation.federation
+    policies = {site: federation.kit(site) / "local" / "site_policy.json" for site in SITES}
+    kept = {path: path.read_text() for path in policies.values()}  # shared federation: restored
+    for site in ("site-1", "site-2"):
+        policies[site].write_text(json.dumps({**json.loads(kept[policies[site]]), "share_local_model": True}))
+    params = SegmentationParams(num_rounds=1, min_clients=3, cross_site_evaluation=True, tracking=False, **CPU_DEMO)
+    session = running_federation.session()
+    try:
+        outcome = submit_and_wait(session, export(build_job(SEGMENTATION, params), tmp_path), timeout=600)
+    finally:
+        session.close()
+        for path, text in kept.items():
+            path.write_text(text)
+
+    assert outcome.completed, outcome.refusal()
+    results = outcome.results()
+    cross = results["cross_site"]
+    assert cross["models"] == ["global", "site-1", "site-2"] and sorted(cross["sites"]) == SITES
+    assert cross["withheld"] == {"site-3": "the site's policy keeps its local model (share_local_model is false)"}
+    assert {site: row["global"] for site, row in cross["sites"].items()} == results["test"]["sites"]
+    dice = cross["matrix"]["test_dice_mean"]
+    assert all(set(dice[site]) == {"global", "site-1", "site-2"} for site in SITES)
+    assert dice["site-1"]["site-1"] != dice["site-1"]["site-2"]  # two models, not one sent twice
+    for site in SITES:
+        with case_results_path(federation.kit(site), outcome.job_id).open() as stream:
+            rows = [r for r in csv.DictReader(stream) if r["task"].startswith("cross_validate")]
+        for model in cross["models"]:
+            scored = [float(r["wt_dice"]) for r in rows if r["task"] == f"cross_validate {model}"]
+            assert scored and cross["sites"][site][model]["test_dice_wt"] == pytest.approx(sum(scored) / len(scored))
+    sent = [e for e in AuditLog(federation.kit("site-1") / "local").entries(outcome.job_id)
+            if e["event"] == RESULT_SENT and e.get("task") == "local_model"]
+    assert [e.get("local_model") for e in sent] == ["sent for cross-site evaluation (share_local_model)"]
+    assert segmentation_report.main([str(outcome.result_dir), "--out", str(tmp_path / "report")]) == 0
+    table = (tmp_path / "report" / "dice.md").read_text()
+    assert "| site | global | site-1 | site-2 |" in table and f"| site-3 | {dice['site-3']['global']:.3f} |" in table
+    assert "site-3's model not scored: the site's policy keeps" in table
+    assert Image.open(tmp_path / "report" / "cross_site.png").size[0] > 300

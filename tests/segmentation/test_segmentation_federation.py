@@ -28,3 +28,8 @@ def test_segmentation_job_with_client_dp_runs_and_reports_per_site(segmentation_
         assert [v["metrics"]["dp_epsilon"] for v in entry["sites"].values()] == pytest.approx([epsilon] * 3)
     assert (app_dir / GLOBAL_MODEL_FILE).is_file() and (app_dir / BEST_MODEL_FILE).is_file()
     assert sorted(p.name for p in (app_dir.parent / "tb_events").iterdir()) == ["site-1", "site-2", "site-3"]
+    cross = results["cross_site"]  # with client-side DP no site's raw local model may leave: the global model only
+    assert cross["models"] == ["global"] and cross["split"] == "test" and cross["no_result"] == []
+    assert set(cross["withheld"]) == {"site-1", "site-2", "site-3"}
+    assert all("client-side DP" in reason for reason in cross["withheld"].values())
+    assert {site: row["global"] for site, row in cross["sites"].items()} == results["test"]["sites"]

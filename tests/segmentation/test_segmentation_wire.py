@@ -4,16 +4,19 @@ test cases are scored only by the test task."""
 from __future__ import annotations
 
 import csv
+import json
 
+import numpy as np
 import pytest
 import torch
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
 from fl_contract.models import build_model, state_dict_to_numpy
-from fl_contract.segmentation import TEST, TRAIN_LOSS, VAL, split_metric_keys
+from fl_contract.segmentation import TEST, TRAIN_LOSS, VAL, WITHHELD, split_metric_keys
 from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
 from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.policy import SitePolicy
 from site_agent.segmentation.metrics import case_columns, case_results_path
 from site_agent.site_config import SiteConfig
 from site_agent.tasks.executor import SiteContext
@@ -53,3 +56,20 @@ def test_a_round_sends_means_and_counts_and_keeps_one_row_per_case_at_the_site(s
     assert sent.metrics["val_dice_tc"] == pytest.approx(sum(float(r["tc_dice"]) for r in first) / val_cases)
     assert list(rows[0]) == ["model_round", "task", "split", "case_id", *case_columns()]
     assert case_results_path(ctx.workspace_dir, "job-7").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_site_sends_its_local_model_for_cross_site_evaluation_only_as_its_policy_and_the_job_allow(site, tmp_path):
+    task, ctx, model, _ = site
+    assert "site_policy.json: not found" in task.task_local_model(model, ctx).meta["withheld"]  # no policy: kept
+    (tmp_path / "site_policy.json").write_text(json.dumps(SitePolicy(share_local_model=True).to_json()))
+    assert "trained in no round" in task.task_local_model(model, ctx).meta["withheld"]
+
+    trained = task.task_train(model, ctx)
+    sent = task.task_local_model(model, ctx)
+
+    assert sent.metrics == {"local_model_sent": 1.0} and WITHHELD not in (sent.meta or {})
+    assert all(np.array_equal(sent.params[k], trained.params[k]) for k in trained.params)  # no DP: what it sent
+    dp = KIND.site_task_component(SegmentationParams(**{**CPU_DEMO, "roi_size": (16, 16, 16)}, tracking=False,
+                                                     dp_clip_norm=0.1, dp_noise_multiplier=1.0)).instantiate()
+    dp.task_train(model, ctx)
+    assert "client-side DP" in dp.task_local_model(model, ctx).meta["withheld"]
