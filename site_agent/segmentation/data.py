@@ -105,6 +105,13 @@ class SiteData:
         return DataLoader(self.val if split == VAL else self.test, batch_size=1, shuffle=False, num_workers=0)
 
 
+def split_cases(folder: Path, recipe: CaseRecipe) -> SiteSplit:
+    """The site's cases cut into training, validation and test parts by the recipe's fractions and seed."""
+    fractions = {"train": 1.0 - recipe.val_fraction - recipe.test_fraction, "val": recipe.val_fraction,
+                 "test": recipe.test_fraction}
+    return SiteSplit(**split_records(discover_cases(Path(folder)), fractions, recipe.seed, folder))
+
+
 def load_site_data(folder: Path, recipe: CaseRecipe, cache_dir: Path | None = None) -> SiteData:
     """Discover, split and (for the recipe's `cache_rate` of the cases, or with `cache_dir` all of them) read and
     validate the site's cases up front; a bad case raises its `DataError`, here or (beyond `cache_rate`) when a loader
@@ -112,9 +119,7 @@ def load_site_data(folder: Path, recipe: CaseRecipe, cache_dir: Path | None = No
 
     `cache_dir`: keep the decoded, normalised cases on disk there instead of in memory (a sub-folder per agent
     version and transform settings, so a job with other settings never reads another's cache)."""
-    fractions = {"train": 1.0 - recipe.val_fraction - recipe.test_fraction, "val": recipe.val_fraction,
-                 "test": recipe.test_fraction}
-    split = SiteSplit(**split_records(discover_cases(Path(folder)), fractions, recipe.seed, folder))
+    split = split_cases(folder, recipe)
     labels, grid = LABEL_MAPS[recipe.label_map], cast(GridPolicy, recipe.grid)
     prepare = [*(ras_1mm() if recipe.resample_ras_1mm else []), normalise()]
     digest = hashlib.sha256(

@@ -30,6 +30,7 @@ from site_agent.audit import RESULT_SENT, AuditLog
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.ledger import Ledger
 from site_agent.preflight import run_checks
+from site_agent.segmentation.data import split_cases
 from site_agent.segmentation.metrics import case_results_path
 from site_agent.site_config import SiteConfig, write_site_config
 
@@ -311,28 +312,50 @@ def test_cross_site_evaluation_scores_each_allowed_local_model_and_the_global_on
                                                                                                 tmp_path):
     """A 1-round segmentation run with cross-site evaluation: site-1's and site-2's policies let their final local
     models leave, site-3's keeps its own; every site scores the global model and the two local ones on its test
-    case. The global column is the test task's scores of the same model; each site's scores of a model are the
-    mean of the rows it kept for that model."""
+    case. The global column equals the test task's scores of the same model and a plain brats-evaluation of the
+    run's best model on the same cases; each site's scores of a model are the mean of the rows it kept for it."""
     federation = running_federation.federation
     policies = {site: federation.kit(site) / "local" / "site_policy.json" for site in SITES}
-    kept = {path: path.read_text() for path in policies.values()}  # shared federation: restored
+    configs = {site: federation.kit(site) / "local" / "site_agent.json" for site in SITES}
+    server_config = federation.kit(federation.server) / "local" / "server_app.json"
+    kept = {path: path.read_text() for path in [*policies.values(), *configs.values(), server_config]
+            if path.exists()}  # shared federation: restored
     for site in ("site-1", "site-2"):
         policies[site].write_text(json.dumps({**json.loads(kept[policies[site]]), "share_local_model": True}))
     params = SegmentationParams(num_rounds=1, min_clients=3, cross_site_evaluation=True, tracking=False, **CPU_DEMO)
+    for site in SITES:  # each site's test cases, as the job splits them, copied to a folder of their own
+        config = SiteConfig.load(configs[site])
+        folder = config.data_dir("brats", site)
+        for case in split_cases(folder, params.case_recipe()).test:
+            shutil.copytree(case.images[0].parent, tmp_path / site / "test-cases" / case.case_id)
+        write_site_config(federation.kit(site), {**config.datasets, "brats_test": str(tmp_path / site / "test-cases")})
     session = running_federation.session()
     try:
-        outcome = submit_and_wait(session, export(build_job(SEGMENTATION, params), tmp_path), timeout=600)
+        outcome = submit_and_wait(session, export(build_job(SEGMENTATION, params), tmp_path / "run"), timeout=600)
+        assert outcome.completed, outcome.refusal()
+        models = ServerConfig.load(server_config).models if server_config.exists() else {}
+        write_server_config(federation.kit(federation.server), {**models, "cross-run": str(outcome.server_app_dir())})
+        evaluation = submit_and_wait(session, export(build_job(EVALUATION, EvaluationParams(
+            model="cross-run", dataset="brats_test", min_clients=3, **{k: v for k, v in CPU_DEMO.items() if k in (
+                "roi_size", "init_filters", "blocks_down", "blocks_up", "dropout_prob")})), tmp_path / "eval"),
+            timeout=300)
     finally:
         session.close()
+        server_config.unlink(missing_ok=True)
         for path, text in kept.items():
             path.write_text(text)
 
-    assert outcome.completed, outcome.refusal()
     results = outcome.results()
     cross = results["cross_site"]
     assert cross["models"] == ["global", "site-1", "site-2"] and sorted(cross["sites"]) == SITES
     assert cross["withheld"] == {"site-3": "the site's policy keeps its local model (share_local_model is false)"}
     assert {site: row["global"] for site, row in cross["sites"].items()} == results["test"]["sites"]
+    assert evaluation.completed, evaluation.refusal()
+    plain = evaluation.results()["sites"]
+    for site in SITES:
+        for key in ("dice_mean", "dice_tc", "hd95_mean", "lesion_dice_wt"):
+            assert plain[site][f"eval_{key}"] == pytest.approx(cross["sites"][site]["global"][f"test_{key}"],
+                                                               abs=1e-6), (site, key)
     dice = cross["matrix"]["test_dice_mean"]
     assert all(set(dice[site]) == {"global", "site-1", "site-2"} for site in SITES)
     assert dice["site-1"]["site-1"] != dice["site-1"]["site-2"]  # two models, not one sent twice
@@ -350,3 +373,4 @@ def test_cross_site_evaluation_scores_each_allowed_local_model_and_the_global_on
     assert "| site | global | site-1 | site-2 |" in table and f"| site-3 | {dice['site-3']['global']:.3f} |" in table
     assert "site-3's model not scored: the site's policy keeps" in table
     assert Image.open(tmp_path / "report" / "cross_site.png").size[0] > 300
+
