@@ -85,17 +85,12 @@ INFERENCE_KEYS = (CASES_SEGMENTED, DICOM_SEGS_WRITTEN, SECONDS_TOTAL, SECONDS_PE
 """Everything an inference site sends: counts and timings, no image, label, path or case identifier."""
 
 
-EVALUATION_TASK = "evaluate"
-EVAL = "eval"
-"""The split an evaluation job scores: every labelled case of the site's dataset (keys `eval_dice_tc`, ...)."""
 QUARTILES = ("q1", "median", "q3")
 """The distribution an evaluation site sends per metric and region besides the mean, over at least its policy's
 `min_cases` cases (each quartile of fewer is too close to one patient's value)."""
 CASE_ROWS = "case_rows"
 """FLModel meta of an evaluation answer: one pseudonymised row per case ({"case": "case-007", column: value}), only
 where the job asks, the site's policy allows and the site scored at least `min_cases` cases."""
-WITHHELD = "withheld"
-"""FLModel meta of an evaluation answer: what the site did not send and why, in its words ({"case_rows": "..."})."""
 
 
 def quartile_key(split: str, metric: str, region: str, quartile: str) -> str:

@@ -20,6 +20,7 @@ SPEC_MODULES = (
     "jobs.segmentation.spec",
     "jobs.inference.spec",
     "jobs.evaluation.spec",
+    "jobs.isic_evaluation.spec",
     "jobs.playerfl.spec",
 )
 _KINDS: dict[str, JobKind[Any]] = {}

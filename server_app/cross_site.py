@@ -17,6 +17,7 @@ from typing import Any
 
 from nvflare.app_common.abstract.fl_model import FLModel
 
+from fl_contract.evaluation import WITHHELD
 from fl_contract.segmentation import (
     CROSS_VALIDATE_TASK,
     DICE,
@@ -27,7 +28,6 @@ from fl_contract.segmentation import (
     LOCAL_MODEL_TASK,
     MEAN,
     MODEL_NAME,
-    WITHHELD,
     metric_key,
 )
 from fl_contract.weights_encoding import WeightsEncodingError, decode_update

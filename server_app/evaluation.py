@@ -1,7 +1,8 @@
 """Evaluation workflow: send one model the server holds to every site, which scores it on its labelled cases and
 answers with what its policy lets leave (means; quartiles and pseudonymised per-case rows over at least its
 `min_cases` cases); results.json records each site's answer and the federation's case-weighted means. The flow is
-`server_app.held_model_task`'s; `fl-eval-report` renders the record as a page."""
+`server_app.held_model_task`'s; `fl-seg-report` renders a brats-evaluation's record as a page. isic-evaluation
+scores an ISIC classifier the same way."""
 
 from __future__ import annotations
 
@@ -9,21 +10,10 @@ from typing import Any, ClassVar
 
 from nvflare.app_common.abstract.fl_model import FLModel
 
-from fl_contract.job_params import EvaluationParams, HeldModelParams
+from fl_contract.evaluation import CONFUSION, EVAL, EVALUATION_TASK, WITHHELD
+from fl_contract.job_params import EvaluationParams, HeldModelParams, IsicEvaluationParams
 from fl_contract.labels import REGIONS
-from fl_contract.segmentation import (
-    CASE_ROWS,
-    DICE,
-    EVAL,
-    EVALUATION_TASK,
-    HD95,
-    LESION_DICE,
-    LESION_HD95,
-    MEAN,
-    WITHHELD,
-    cases_key,
-    metric_key,
-)
+from fl_contract.segmentation import CASE_ROWS, DICE, HD95, LESION_DICE, LESION_HD95, MEAN, cases_key, metric_key
 from server_app.aggregation import scalar_metrics, site_name
 from server_app.held_model_task import HeldModelTask
 from server_app.results import RunRecorder
@@ -51,12 +41,29 @@ class EvaluationController(HeldModelTask):
     PARAMS: ClassVar[type[HeldModelParams]] = EvaluationParams
     TASK: ClassVar[str] = EVALUATION_TASK
     WORKFLOW: ClassVar[str] = "evaluation"
+    META: ClassVar[tuple[str, ...]] = (CASE_ROWS, WITHHELD)
+    """What of each site's answer's meta results.json keeps, by site."""
 
     def record_sites(self, recorder: RunRecorder, results: list[FLModel]) -> None:
         sites = {site_name(r): scalar_metrics(r) for r in results}
         recorder.record["sites"] = sites
-        recorder.record["federation"] = pooled(sites)
-        for key in (CASE_ROWS, WITHHELD):
+        recorder.record["federation"] = self.federation(sites)
+        for key in self.META:
             by_site: dict[str, Any] = {site_name(r): (r.meta or {})[key] for r in results if key in (r.meta or {})}
             if by_site:
                 recorder.record[key] = by_site
+
+    def federation(self, sites: dict[str, dict[str, float]]) -> dict[str, float]:
+        return pooled(sites)
+
+
+class IsicEvaluationController(EvaluationController):
+    """One `evaluate` task for an ISIC classifier; results.json records each site's balanced accuracy, macro-F1,
+    per-class recall and confusion matrix (small cells empty), what it withheld, and the images scored in all
+    (balanced accuracy does not pool from the sites' values)."""
+
+    PARAMS: ClassVar[type[HeldModelParams]] = IsicEvaluationParams
+    META: ClassVar[tuple[str, ...]] = (CONFUSION, WITHHELD)
+
+    def federation(self, sites: dict[str, dict[str, float]]) -> dict[str, float]:
+        return {f"{EVAL}_images": sum(m.get(f"{EVAL}_images", 0.0) for m in sites.values())}

@@ -15,10 +15,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fl_contract.evaluation import EVAL
 from fl_contract.labels import REGIONS
 from fl_contract.segmentation import (
     DICE,
-    EVAL,
     HD95,
     LESION_DICE,
     LESION_HD95,

@@ -4,8 +4,9 @@ checked against the job's architecture and label map before any site receives it
 The admin names the model by key and file name; the federation lead maps the key to a folder in the server's
 `local/server_app.json` ("models"), e.g. the `app_server/` folder of a finished segmentation run, whose
 `best_global_model.pt` is the model selected on validation. A job never carries a path or weights. When the
-folder holds the run's `results.json`, the run's label map and SegResNet arguments must be the job's: a model
-trained on BraTS 2021 labels scored or applied with BraTS 2023's would be silently wrong at every site.
+folder holds the run's `results.json`, what the job says the model was made with (`made_with`: a SegResNet's label
+map and architecture, a classifier's network and image size) must be the run's: a model trained on BraTS 2021
+labels scored or applied with BraTS 2023's would be silently wrong at every site.
 """
 
 from __future__ import annotations
@@ -20,31 +21,28 @@ import torch
 
 from fl_contract.job_params import HeldModelParams
 from fl_contract.models import build_model, load_numpy_params
-from fl_contract.segmentation import MODEL
 from server_app.results import RESULTS_FILE
 from server_app.selection import Params
 from server_app.server_config import CONFIG_FILE, ServerConfig
 
-ARCHITECTURE = ("init_filters", "blocks_down", "blocks_up", "label_map")
-"""What the run that made the model must agree on with the job (dropout and the window do not change the weights)."""
-
 
 def held_model(local_dir: Path, job: HeldModelParams) -> tuple[Params, dict[str, Any]]:
-    """The model's weights and its provenance (path, sha256, label map, and the run that made it when its
-    results.json is beside it); ValueError or OSError naming the file and what to fix."""
+    """The model's weights and its provenance (path, sha256, what the job says it was made with, and the run that
+    made it when its results.json is beside it); ValueError or OSError naming the file and what to fix."""
     folder = ServerConfig.load(Path(local_dir) / CONFIG_FILE).model_dir(job.model)
     path = folder / job.model_file
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; copy the model there (e.g. a run's best_global_model.pt)")
     provenance: dict[str, Any] = {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                                  "label_map": job.label_map}
+                                  **job.made_with()}
     provenance |= _made_by(folder / RESULTS_FILE, job)
     state = torch.load(path, weights_only=True, map_location="cpu")
     params = {k: np.asarray(v.numpy()) for k, v in state.items()}
+    network, arguments = job.model_spec()
     try:
-        load_numpy_params(build_model(MODEL, **job.model_args()), params)
+        load_numpy_params(build_model(network, **arguments), params)
     except (ValueError, RuntimeError) as err:
-        raise ValueError(f"{path} does not fit {MODEL} with {job.model_args()} (the run that made it records "
+        raise ValueError(f"{path} does not fit {network} with {arguments} (the run that made it records "
                          f"its arguments in results.json, job.model_args): {err}") from err
     return params, provenance
 
@@ -59,8 +57,8 @@ def _made_by(results: Path, job: HeldModelParams) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{results}: not the results.json of a run ({err}); remove it or replace it with the "
                          "run's own") from err
-    mismatched = {name: (made.get(name), getattr(job, name)) for name in ARCHITECTURE
-                  if name in made and _same(made[name]) != _same(getattr(job, name))}
+    mismatched = {name: (made.get(name), value) for name, value in job.made_with().items()
+                  if name in made and _same(made[name]) != _same(value)}
     if mismatched:
         detail = ", ".join(f"{name} {was!r} (the job says {now!r})" for name, (was, now) in mismatched.items())
         raise ValueError(f"the model's run ({results}) was trained with {detail}: submit the job with the run's "

@@ -10,7 +10,6 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
 from fl_contract.job_params import HeldModelParams, job_params
 from fl_contract.params import params_to_json
-from fl_contract.segmentation import MODEL
 from server_app.aggregation import missing_sites, scalar_metrics, site_name
 from server_app.held_model import held_model
 from server_app.results import RunRecorder
@@ -31,7 +30,7 @@ class HeldModelTask(SiteAwareController):
         self.job: HeldModelParams = job_params(kind, params, self.PARAMS)
         # FLARE's Job API serialises constructor arguments from attributes of the same name: keep them so.
         self.kind, self.params = kind, params
-        self.model_args = self.job.model_args()
+        self.network, self.model_args = self.job.model_spec()
 
     def run(self) -> None:
         """One task and no rounds: the model is loaded and checked before any site is asked, so a wrong model file
@@ -39,7 +38,7 @@ class HeldModelTask(SiteAwareController):
         others did not. A site that restarted during the task is sent it again once the server has deployed the job
         to it again (`sent_again`), so its cases are done before the job ends."""
         recorder = RunRecorder(Path(self.get_app_dir()), {"workflow": self.WORKFLOW, **params_to_json(self.job),
-                                                          "network": MODEL, "model_args": self.model_args})
+                                                          "network": self.network, "model_args": self.model_args})
         try:
             params, identity = held_model(Path(self.fl_ctx.get_engine().get_workspace().get_site_config_dir()),
                                           self.job)

@@ -47,7 +47,7 @@ from nvflare.private.defs import CellMessageHeaderKeys, JobFailureMsgKey
 from fl_contract.job_meta import RESUMABLE_KEY, RESUMED_FROM_KEY
 from server_app.checkpoint import job_digest, record_job_digest, record_resumer, resumed_run
 from server_app.rejoin import Heartbeats, Rejoin, jobs_listing
-from server_app.site_events import CLIENT_GONE, JOB_PROCESS_FAILED, RETURNED, append_event
+from server_app.site_events import CLIENT_GONE, JOB_PROCESS_FAILED, REJOIN_FAILED, RETURNED, append_event
 
 INTERRUPTED = (RunStatus.RUNNING, RunStatus.DISPATCHED)
 REASON_KEY = "interrupted"
@@ -74,6 +74,7 @@ def clone_meta(meta: dict[str, Any]) -> dict[str, Any]:
 SITE_JOB_FAILURES = (ProcessExitCode.EXCEPTION, ProcessExitCode.INFRASTRUCTURE_ERROR)
 JOB_PROCESS_FAILED_PREFIX = "job process failed: "
 CLIENT_RESTARTED = "client registered again"
+REJOIN_OFF = "this server does not deploy a running job to a site that comes back (rejoin is off in its JobRecovery)"
 FLARE_REASONS = {"client dead": (CLIENT_GONE, "no heartbeat within the server's timeout"),
                  "missing job on client": (JOB_PROCESS_FAILED, "its client runs, but the job is gone from it"),
                  CLIENT_RESTARTED: (RETURNED, "registered again while the job runs")}
@@ -174,11 +175,14 @@ class JobRecovery(FLComponent):
         elif event_type == EventType.CLIENT_REGISTER_PROCESSED:
             site = _peer_name(fl_ctx)
             if site:
-                jobs = jobs_listing(engine, site) if self.rejoin else []
+                jobs = jobs_listing(engine, site)
                 report_returning_site(engine, site)
                 first_heartbeat = self._heartbeats.expect(site)
                 for job_id in jobs:
-                    Rejoin(engine, job_id, site, first_heartbeat, self.logger.info).start()
+                    if self.rejoin:
+                        Rejoin(engine, job_id, site, first_heartbeat, self.logger.info).start()
+                    else:  # said, so that no workflow waits for a deploy that will not come
+                        append_event(_run_dir(engine, job_id), site, REJOIN_FAILED, REJOIN_OFF)
         elif event_type == EventType.CLIENT_HEARTBEAT_PROCESSED:
             site = _peer_name(fl_ctx)
             if site:

@@ -121,6 +121,7 @@ class RoundWorkflow(SiteAwareController):
         while True:
             self._session = f"{self.fl_ctx.get_job_id()}/round-{round_index + 1}/send-{next(self._sends)}"
             self._round_index = round_index
+            self.rejoined_sites(self.site_names())  # a site being deployed the job again takes part in this round
             results = self.send_round(round_index)
             if self.abort_signal.triggered:
                 self.stopped(f"round {round_index + 1}", results, round_index)
@@ -200,18 +201,22 @@ class RoundWorkflow(SiteAwareController):
 
     def await_sites(self, missing: list[str], deadline: float) -> tuple[list[str], list[str]]:
         """The missing sites that came back before `deadline` (FLARE had deemed them disconnected and now hears their
-        job again), once enough sites are live for the round; [] when the deadline passed first or the run was
-        aborted. A site whose task failed, or that never went away, is not waited for: sending it the round again
-        would only repeat its answer. Returns (the sites back, the sites waited for)."""
+        job again, or the server has deployed the job again to a site that registered again), once enough sites are
+        live for the round; [] when the deadline passed first or the run was aborted. A site whose task failed, or
+        that never went away, is not waited for: sending it the round again would only repeat its answer. Returns
+        (the sites back, the sites waited for)."""
         failed = self.failed_sites()
         missing = [site for site in missing if site not in failed]
-        gone = {site for site in missing if self.communicator.get_client_disconnect_time(site)}
+        gone = {site for site in missing if self.communicator.get_client_disconnect_time(site)} | \
+            self.sites_being_redeployed(missing)
         if not gone or time.monotonic() >= deadline:
             return [], []
         self.warning(f"fewer than {self.job.min_clients} sites answered; waiting up to "
                      f"{deadline - time.monotonic():.0f} s for {', '.join(sorted(gone))} to come back")
         while time.monotonic() < deadline and not self.abort_signal.triggered:
-            live = [site for site in self.site_names() if not self.communicator.get_client_disconnect_time(site)]
+            redeploying = self.sites_being_redeployed(self.site_names())
+            live = [site for site in self.site_names()
+                    if not self.communicator.get_client_disconnect_time(site) and site not in redeploying]
             back = [site for site in sorted(gone) if site in live]
             if back and len(live) >= self.job.min_clients:
                 return back, sorted(gone)

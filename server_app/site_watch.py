@@ -66,15 +66,35 @@ class SiteAwareController(ModelController):
     def rejoined_sites(self, missing: Iterable[str], timeout: float = REJOIN_WAIT_S) -> list[str]:
         """The `missing` sites whose client registered again during this job and whose job the server's main process
         has started there again (`server_app.rejoin`), waiting up to `timeout` for the deploys still under way: a
-        one-task workflow sends them its task again."""
+        one-task workflow sends them its task again, a round workflow its next round (a restarted site's warm
+        process can take most of a minute to start its job on a loaded machine, longer than a short job's
+        remaining rounds). Each is taken off FLARE's dead-site watch list first (FLARE's own `client_is_active`):
+        FLARE takes it off only at the new job process's first request, and a task sent before that request would
+        be ended at once as sent to a dead site."""
         missing, run_dir = sorted(missing), Path(self.get_app_dir()).parent
         deadline = time.monotonic() + timeout
+        told = False
         while True:
             events = last_event_by_site(run_dir, self._started_at)
             kinds = {site: events[site].kind for site in missing if site in events}
+            if RETURNED in kinds.values() and not told:
+                told = True
+                under_way = sorted(site for site, kind in kinds.items() if kind == RETURNED)
+                self.info(f"waiting up to {timeout:.0f} s for {', '.join(under_way)} to be deployed the job again")
             if RETURNED not in kinds.values() or time.monotonic() >= deadline or self.abort_signal.triggered:
-                return [site for site, kind in kinds.items() if kind == REJOINED]
+                back = [site for site, kind in kinds.items() if kind == REJOINED]
+                for site in back:
+                    self.communicator.client_is_active(site, "its job was started there again", self.fl_ctx)
+                return back
             time.sleep(1.0)
+
+    def sites_being_redeployed(self, sites: Iterable[str]) -> set[str]:
+        """The `sites` whose client registered again during this job and whose job the server's main process is
+        deploying to them again right now (`server_app.rejoin`): gone from the job, but on their way back. FLARE
+        may take such a site off its dead-site watch list before its job process runs there (when the job's server
+        process takes the site's new token), so a workflow asks this rather than FLARE whether to wait for it."""
+        events = last_event_by_site(Path(self.get_app_dir()).parent, self._started_at)
+        return {site for site in sites if site in events and events[site].kind == RETURNED}
 
     @property
     def stopped_by_flare(self) -> str:

@@ -12,10 +12,11 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from fl_contract.job_params.evaluation import EvaluationParams
+from fl_contract.job_params.evaluation import EvaluationParams, IsicEvaluationParams
 from fl_contract.job_params.fedavg_linear import FedAvgLinearParams
 from fl_contract.job_params.fedkt_csd import FedKTCSDParams
-from fl_contract.job_params.inference import HeldModelParams, InferenceParams
+from fl_contract.job_params.held_model import HeldModelParams
+from fl_contract.job_params.inference import InferenceParams
 from fl_contract.job_params.playerfl import PLayerFLParams
 from fl_contract.job_params.segmentation import SegmentationParams
 from fl_contract.params import JobParams, ParameterError, params_from_json, params_to_json
@@ -23,14 +24,15 @@ from fl_contract.params import JobParams, ParameterError, params_from_json, para
 T = TypeVar("T")
 
 __all__ = ["PARAMS", "EvaluationParams", "FedAvgJob", "FedAvgLinearParams", "FedKTCSDParams", "HeldModelParams",
-           "InferenceParams", "PLayerFLParams", "RoundJob", "SegmentationParams", "job_component_args", "job_params",
-           "registered_params"]
+           "InferenceParams", "IsicEvaluationParams", "PLayerFLParams", "RoundJob", "SegmentationParams",
+           "job_component_args", "job_params", "registered_params"]
 
 PARAMS: dict[str, type[JobParams]] = {
     "fedavg-linear": FedAvgLinearParams,
     "brats-segmentation": SegmentationParams,
     "brats-inference": InferenceParams,
     "brats-evaluation": EvaluationParams,
+    "isic-evaluation": IsicEvaluationParams,
     "playerfl": PLayerFLParams,
     "fedkt-csd": FedKTCSDParams,
 }

@@ -23,19 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from fl_contract.evaluation import EVAL, WITHHELD
 from fl_contract.labels import REGIONS
-from fl_contract.segmentation import (
-    CASE_ROWS,
-    DICE,
-    EVAL,
-    HD95,
-    LESION_DICE,
-    LESION_HD95,
-    MEAN,
-    QUARTILES,
-    WITHHELD,
-    quartile_key,
-)
+from fl_contract.segmentation import CASE_ROWS, DICE, HD95, LESION_DICE, LESION_HD95, MEAN, QUARTILES, quartile_key
 from site_agent.segmentation.metrics import CaseScore, case_columns, column, site_summary
 
 QUARTILE_METRICS = (DICE, HD95, LESION_DICE, LESION_HD95)

@@ -12,11 +12,12 @@ from typing import Any, ClassVar
 
 from nvflare.app_common.abstract.fl_model import FLModel
 
+from fl_contract.evaluation import EVAL, EVALUATION_TASK
 from fl_contract.job_params import EvaluationParams, job_params
 from fl_contract.job_privacy import METRICS
 from fl_contract.labels import LABEL_MAPS
 from fl_contract.models import build_model, load_numpy_params
-from fl_contract.segmentation import CASE_ROWS, EVAL, EVALUATION_TASK, MODEL
+from fl_contract.segmentation import CASE_ROWS, MODEL
 from site_agent.data.pipeline import surface_data_errors
 from site_agent.policy import PolicyInForce
 from site_agent.segmentation.data import labelled_cases_loader

@@ -27,6 +27,7 @@ from nvflare.apis.fl_constant import FLMetaKey
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from torch import nn
 
+from fl_contract.evaluation import WITHHELD
 from fl_contract.job_params import SegmentationParams, job_params
 from fl_contract.labels import LABEL_MAPS, REGIONS
 from fl_contract.models import build_model, load_numpy_params, state_dict_to_numpy
@@ -41,7 +42,6 @@ from fl_contract.segmentation import (
     TEST,
     TRAIN_LOSS,
     VAL,
-    WITHHELD,
 )
 from fl_contract.tracking import sender_id
 from site_agent.accounting import client_dp_epsilon

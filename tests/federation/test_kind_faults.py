@@ -15,6 +15,7 @@ import torch
 from support import ADMIN, SITES, abort_running, provision_demo_federation, submit, wait_for_rounds, wait_for_server_log
 
 from federation_tools.loopback import LoopbackFederation
+from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.models import build_model
 from fl_contract.params import JobParams
 from fl_contract.segmentation import MODEL
@@ -25,6 +26,8 @@ from jobs.evaluation.spec import KIND as EVALUATION_KIND
 from jobs.evaluation.spec import EvaluationParams
 from jobs.inference.spec import KIND as INFERENCE_KIND
 from jobs.inference.spec import InferenceParams
+from jobs.isic_evaluation.spec import KIND as ISIC_EVALUATION_KIND
+from jobs.isic_evaluation.spec import IsicEvaluationParams
 from jobs.playerfl.demo import DEMO_JOB_ARGS
 from jobs.playerfl.spec import KIND as PLAYERFL
 from jobs.playerfl.spec import PLayerFLParams
@@ -32,8 +35,9 @@ from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
 from jobs.segmentation.spec import KIND as SEGMENTATION
 from jobs.spec import JobKind
 from provisioning.provision import Federation
-from server_app.results import BEST_MODEL_FILE
+from server_app.results import BEST_MODEL_FILE, GLOBAL_MODEL_FILE
 from server_app.server_config import write_server_config
+from site_agent.data.isic import read_isic_site
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.site_config import SiteConfig, write_site_config
 
@@ -45,6 +49,8 @@ ARCHITECTURE = {k: CPU_DEMO[k] for k in ("roi_size", "init_filters", "blocks_dow
 INFERENCE = InferenceParams(model="run-1", min_clients=2, **ARCHITECTURE)
 EVALUATION = EvaluationParams(model="run-1", dataset="brats_inference", min_clients=2, **ARCHITECTURE)
 """Scores the same model on the same cases (they carry labels too)."""
+ISIC_EVALUATION = IsicEvaluationParams(model="isic-1", min_clients=2, image_size=32,
+                                       model_args={"channels": [4, 4, 8, 8, 8], "hidden": 8})
 GAUNTLET: dict[str, tuple[JobKind[Any], JobParams]] = {
     "brats-segmentation": (SEGMENTATION, SegmentationParams(num_rounds=3, min_clients=2, tracking=False, **CPU_DEMO)),
     "playerfl": (PLAYERFL, PLayerFLParams(**{**DEMO_JOB_ARGS, "num_rounds": 3, "local_epochs": 1, "min_clients": 2})),
@@ -67,7 +73,11 @@ def fault_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     models.mkdir(parents=True)
     torch.manual_seed(0)
     torch.save(build_model(MODEL, **INFERENCE.model_args()).state_dict(), models / BEST_MODEL_FILE)
-    write_server_config(federation.kit(federation.server), {"run-1": str(models)})
+    classifier = workspace / "server-models" / "isic-1"  # and an ISIC classifier of the declared network
+    classifier.mkdir()
+    network, arguments = ISIC_EVALUATION.model_spec()
+    torch.save(build_model(network, **arguments).state_dict(), classifier / GLOBAL_MODEL_FILE)
+    write_server_config(federation.kit(federation.server), {"run-1": str(models), "isic-1": str(classifier)})
     loopback = LoopbackFederation(federation)
     try:
         loopback.bring_up(ADMIN)
@@ -148,28 +158,32 @@ def test_a_rebooted_playerfl_site_comes_back_into_its_job_with_its_personal_laye
 
 def test_one_model_kinds_go_on_without_a_dead_site_and_stop_named_on_a_server_restart_or_an_abort(fault_federation,
                                                                                                tmp_path):
-    """brats-inference and brats-evaluation are one task each (server_app.held_model_task), run side by side here
-    through each fault: a site killed during the task and started again at once (a service's restart) gets the task
-    again once the server has deployed the job to it again (the task still waiting for it, or sent again), and
-    every site's cases are segmented, or scored; the server killed during it closes the job with 'submit it
-    again'; an abort stops it."""
+    """brats-inference, brats-evaluation and isic-evaluation are one task each (server_app.held_model_task), run
+    side by side here through each fault: a site killed during the task and started again at once (a service's
+    restart) gets the task again once the server has deployed the job to it again (the task still waiting for it,
+    or sent again), and every site's cases are segmented, or scored, and its images scored; the server killed
+    during it closes the job with 'submit it again'; an abort stops it. The last two faults strike the two
+    segmentation kinds only: an ISIC evaluation of 40 small images is done before an abort lands, and with a third
+    interrupted job the sites were still ending their orphaned job processes (10 s each) when the next job was
+    deployed, which FLARE then failed to run."""
     federation, loopback = fault_federation
     job_dirs = [export(build_job(INFERENCE_KIND, INFERENCE), tmp_path / "inference"),
-                export(build_job(EVALUATION_KIND, EVALUATION), tmp_path / "evaluation")]
+                export(build_job(EVALUATION_KIND, EVALUATION), tmp_path / "evaluation"),
+                export(build_job(ISIC_EVALUATION_KIND, ISIC_EVALUATION), tmp_path / "isic-evaluation")]
 
-    def submit_both(session: Any) -> list[str]:
-        ids = [submit(session, job_dir) for job_dir in job_dirs]
+    def submit_all(session: Any, kinds: int = len(job_dirs)) -> list[str]:
+        ids = [submit(session, job_dir) for job_dir in job_dirs[:kinds]]
         for job_id in ids:
             wait_for_server_log(federation, job_id, "to the sites")
         return ids
 
     session = loopback.session(ADMIN)
     try:
-        finished_ids = submit_both(session)
+        finished_ids = submit_all(session)
         loopback.kill_participant("site-3")
         loopback.bring_up(ADMIN)
         finished = [follow_job(session, job_id, timeout=300, progress=None) for job_id in finished_ids]
-        interrupted = submit_both(session)
+        interrupted = submit_all(session, kinds=2)
         loopback.kill_participant(federation.server)
     finally:
         session.close()
@@ -177,20 +191,24 @@ def test_one_model_kinds_go_on_without_a_dead_site_and_stop_named_on_a_server_re
     session = loopback.session(ADMIN)
     try:
         closed = [follow_job(session, job_id, timeout=120, progress=None) for job_id in interrupted]
-        aborted_ids = submit_both(session)
+        aborted_ids = submit_all(session, kinds=2)
         for job_id in aborted_ids:
             abort_running(session, job_id)
         aborted = [follow_job(session, job_id, timeout=120, progress=None) for job_id in aborted_ids]
     finally:
         session.close()
 
-    for outcome, answered in zip(finished, ("cases_segmented", "eval_cases")):
+    images = {site: len(read_isic_site(SiteConfig.for_kit(federation.kit(site)).data_dir("isic", site),
+                                       classes=PLAYERFL_CLASSES)) for site in SITES}
+    expected = [("cases_segmented", dict.fromkeys(SITES, INFERENCE_CASES)),
+                ("eval_cases", dict.fromkeys(SITES, INFERENCE_CASES)), ("eval_images", images)]
+    for outcome, (answered, counts) in zip(finished, expected):
         results = outcome.results()
         assert outcome.completed and results["status"] == "finished", outcome.refusal()
         # FLARE gives site-3's new job process the task still waiting for it, or the workflow sends it again
         assert results.get("sent_again", ["site-3"]) == ["site-3"], results.get("sent_again")
         assert results["no_result"] == [] and sorted(results["sites"]) == SITES
-        assert all(r[answered] == INFERENCE_CASES for r in results["sites"].values()), answered
+        assert {site: r[answered] for site, r in results["sites"].items()} == counts, answered
     for outcome in closed:
         assert outcome.status == "FINISHED:ABNORMAL" and "submit it again" in outcome.meta.get("interrupted", "")
     for outcome in aborted:

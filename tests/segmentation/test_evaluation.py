@@ -16,9 +16,10 @@ from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from surface_distance import compute_robust_hausdorff, compute_surface_distances
 
+from fl_contract.evaluation import WITHHELD
 from fl_contract.labels import BRATS_2021, REGIONS
 from fl_contract.models import build_model, state_dict_to_numpy
-from fl_contract.segmentation import BRATS_WORST_HD95_MM, CASE_ROWS, WITHHELD
+from fl_contract.segmentation import BRATS_WORST_HD95_MM, CASE_ROWS
 from jobs.evaluation.spec import KIND, EvaluationParams
 from jobs.segmentation.spec import CPU_DEMO
 from server_app.evaluation import pooled

@@ -12,8 +12,9 @@ import torch
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
+from fl_contract.evaluation import WITHHELD
 from fl_contract.models import build_model, state_dict_to_numpy
-from fl_contract.segmentation import TEST, TRAIN_LOSS, VAL, WITHHELD, split_metric_keys
+from fl_contract.segmentation import TEST, TRAIN_LOSS, VAL, split_metric_keys
 from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.policy import SitePolicy

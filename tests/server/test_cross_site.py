@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
+from fl_contract.evaluation import WITHHELD
 from fl_contract.job_params import SegmentationParams
-from fl_contract.segmentation import CROSS_VALIDATE_TASK, LOCAL_MODEL_TASK, MODEL_NAME, WITHHELD
+from fl_contract.segmentation import CROSS_VALIDATE_TASK, LOCAL_MODEL_TASK, MODEL_NAME
 from fl_contract.weights_encoding import FLOAT16, encode_update
 from server_app.cross_site import cross_site_evaluation
 

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from nvflare.apis.client import Client
 from nvflare.apis.fl_constant import RunProcessKey
 from nvflare.apis.fl_context import FLContext
+from nvflare.apis.impl.wf_comm_server import WFCommServer
 from nvflare.apis.job_def import Job
 from nvflare.private.admin_defs import Message
 from nvflare.private.defs import RequestHeader, TrainingTopic
@@ -47,6 +48,7 @@ def test_the_engine_and_admin_server_calls_a_rejoin_makes_exist_with_their_argum
         ServerEngine.sync_clients_from_main_process: [],
         ServerEngine.get_client_from_name: ["client_name"],
         FedAdminServer.send_requests_and_get_reply_dict: ["requests", "timeout_secs"],
+        WFCommServer.client_is_active: ["client_name", "reason", "fl_ctx"],  # site_watch: the returned site is live
     }
     for call, arguments in calls.items():
         names = [p for p in inspect.signature(call).parameters if p not in ("self", "args", "kwargs")]
