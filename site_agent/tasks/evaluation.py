@@ -19,7 +19,6 @@ from fl_contract.labels import LABEL_MAPS
 from fl_contract.models import build_model, load_numpy_params
 from fl_contract.segmentation import CASE_ROWS, MODEL
 from site_agent.data.pipeline import surface_data_errors
-from site_agent.policy import PolicyInForce
 from site_agent.segmentation.data import labelled_cases_loader
 from site_agent.segmentation.evaluation_release import PSEUDONYMS_FILE, evaluation_release, write_pseudonyms
 from site_agent.segmentation.metrics import append_case_results, case_results_path, score_cases
@@ -38,11 +37,8 @@ class EvaluationTask(TaskExecutor):
         self.kind, self.params, self.job = kind, params, job
 
     def task_evaluate(self, model: FLModel, ctx: SiteContext) -> FLModel:
-        """The policy is read now, not at job start: an edit by the privacy officer applies to the next answer."""
-        site = PolicyInForce.read(ctx.local_dir)
-        if site.policy is None:  # the site guard refuses such a job at start; never send under a missing policy
-            raise RuntimeError(site.problem)
-        policy = site.policy
+        """Under the site's policy as it is when the task runs (`SiteContext.policy`)."""
+        policy = ctx.policy()
         net = build_model(MODEL, **self.job.model_args())
         load_numpy_params(net, model.params)
         with surface_data_errors():

@@ -34,7 +34,7 @@ from fl_contract.weights_encoding import FLOAT32, decode_model, encode_update, e
 from site_agent.audit import RESULT_SENT, AuditLog
 from site_agent.masked_updates import TASKS as MASKING_TASKS
 from site_agent.masked_updates import MaskedUpdates
-from site_agent.policy import PolicyInForce
+from site_agent.policy import PolicyInForce, SitePolicy
 from site_agent.site_config import CONFIG_FILE, SiteConfig
 
 
@@ -56,6 +56,15 @@ class SiteContext:
     def local_dir(self) -> Path:
         """The kit's local/ folder, where site IT's site_agent.json and the privacy officer's policy lie."""
         return self.config.path.parent
+
+    def policy(self) -> SitePolicy:
+        """The site's policy as it is now (an edit by the privacy officer applies to the next answer); RuntimeError
+        naming the file's problem when there is none: the guard refuses such a job at start, and no task sends
+        under a policy that is not there."""
+        site = PolicyInForce.read(self.local_dir)
+        if site.policy is None:
+            raise RuntimeError(site.problem)
+        return site.policy
 
 
 class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type information: Executor is Any

@@ -20,7 +20,6 @@ from site_agent.classification.evaluation_release import isic_release
 from site_agent.data.isic import read_isic_site
 from site_agent.data.pipeline import surface_data_errors
 from site_agent.playerfl.data import IsicImages
-from site_agent.policy import PolicyInForce
 from site_agent.tasks.executor import SiteContext, TaskExecutor
 
 BATCH = 32
@@ -39,10 +38,8 @@ class IsicEvaluationTask(TaskExecutor):
 
     @torch.no_grad()
     def task_evaluate(self, model: FLModel, ctx: SiteContext) -> FLModel:
-        """The policy is read now, not at job start: an edit by the privacy officer applies to the next answer."""
-        site = PolicyInForce.read(ctx.local_dir)
-        if site.policy is None:  # the site guard refuses such a job at start; never send under a missing policy
-            raise RuntimeError(site.problem)
+        """Under the site's policy as it is when the task runs (`SiteContext.policy`)."""
+        policy = ctx.policy()
         network, arguments = self.job.model_spec()
         net = build_model(network, **arguments)
         load_numpy_params(net, model.params)
@@ -54,6 +51,6 @@ class IsicEvaluationTask(TaskExecutor):
                 truth.append(labels.numpy())
                 predicted.append(net(images.to(ctx.device)).argmax(dim=1).cpu().numpy())
         metrics, meta = isic_release(np.concatenate(truth), np.concatenate(predicted), PLAYERFL_CLASSES,
-                                     int(site.policy.min_cases))
+                                     int(policy.min_cases))
         self.logger.info(f"scored {len(records)} images")
         return FLModel(metrics=metrics, meta=meta)

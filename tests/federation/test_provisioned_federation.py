@@ -6,7 +6,9 @@ import csv
 import json
 import shutil
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,7 +25,7 @@ from jobs.inference.spec import KIND as INFERENCE
 from jobs.inference.spec import InferenceParams
 from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
 from jobs.segmentation.spec import KIND as SEGMENTATION
-from provisioning.provision import customise, load_template, provision
+from provisioning.provision import Federation, customise, load_template, provision
 from server_app import segmentation_report
 from server_app.server_config import ServerConfig, write_server_config
 from site_agent.audit import RESULT_SENT, AuditLog
@@ -35,6 +37,46 @@ from site_agent.segmentation.metrics import case_results_path
 from site_agent.site_config import SiteConfig, write_site_config
 
 pytestmark = pytest.mark.federation
+
+ARCHITECTURE = {k: v for k, v in CPU_DEMO.items() if k in ("roi_size", "init_filters", "blocks_down", "blocks_up",
+                                                            "dropout_prob")}
+"""The segmentation run's SegResNet: what a job sending its model must declare."""
+_RESTORE: list[dict[Path, str | None]] = []
+
+
+@pytest.fixture(autouse=True)
+def _restored_files() -> Iterator[None]:
+    """The shared federation's files a test edited (restore_after, edit_policy, serve_model), as they were."""
+    _RESTORE.append({})
+    try:
+        yield
+    finally:
+        for path, text in _RESTORE.pop().items():
+            if text is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.write_text(text)
+
+
+def restore_after(paths: Iterable[Path]) -> None:
+    """Put these files back as they are now once the test ends (the federation is shared by the module)."""
+    for path in paths:
+        _RESTORE[-1].setdefault(path, path.read_text() if path.exists() else None)
+
+
+def edit_policy(federation: Federation, site: str, **fields: Any) -> None:
+    """Set these fields of the site's policy for this test."""
+    path = federation.kit(site) / "local" / "site_policy.json"
+    restore_after([path])
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+def serve_model(federation: Federation, key: str, folder: Path) -> None:
+    """Name `folder` as model `key` on the server for this test, as the lead would in server_app.json."""
+    config = federation.kit(federation.server) / "local" / "server_app.json"
+    restore_after([config])
+    models = ServerConfig.load(config).models if config.exists() else {}
+    write_server_config(federation.kit(federation.server), {**models, key: str(folder)})
 
 
 
@@ -194,11 +236,8 @@ def test_inference_after_training_writes_nifti_and_dicom_seg_at_each_site_and_se
                                                                                                 tmp_path):
     """The model is the one the shared federation's segmentation run trained (tests/conftest.py)."""
     federation = running_federation.federation
-    architecture = {k: v for k, v in CPU_DEMO.items() if k in ("roi_size", "init_filters", "blocks_down", "blocks_up",
-                                                                "dropout_prob")}
     configs = {site: federation.kit(site) / "local" / "site_agent.json" for site in SITES}
-    server_config = federation.kit(federation.server) / "local" / "server_app.json"
-    kept = {path: path.read_text() for path in [*configs.values(), server_config] if path.exists()}  # shared: restored
+    restore_after(configs.values())
     case_ids = {}
     for index, site in enumerate(SITES, start=1):
         case_ids[site] = [c.case_id for c in write_brats_site(tmp_path / site / "cases", index, n_cases=1,
@@ -212,16 +251,12 @@ def test_inference_after_training_writes_nifti_and_dicom_seg_at_each_site_and_se
     assert trained.completed, trained.refusal()
     session = running_federation.session()
     try:
-        models = ServerConfig.load(server_config).models if server_config.exists() else {}
-        write_server_config(federation.kit(federation.server), {**models, "glioma": str(trained.server_app_dir())})
-        params = InferenceParams(model="glioma", min_clients=3, **architecture)
+        serve_model(federation, "glioma", trained.server_app_dir())
+        params = InferenceParams(model="glioma", min_clients=3, **ARCHITECTURE)
         job = export(build_job(INFERENCE, params), tmp_path / "inference")
         outcome = submit_and_wait(session, job, timeout=600)
     finally:
         session.close()
-        server_config.unlink(missing_ok=True)
-        for path, text in kept.items():
-            path.write_text(text)
 
     assert outcome.completed, outcome.refusal()
     results = json.loads((outcome.server_app_dir() / "results.json").read_text())
@@ -240,31 +275,20 @@ def test_evaluation_scores_the_trained_model_at_every_site_under_each_sites_own_
     cases. site-1's policy shares per-case rows, site-2's keeps them, site-3 asks for more cases than it has; a
     model of another label map is refused at the server before any site is sent anything."""
     federation = running_federation.federation
-    architecture = {k: v for k, v in CPU_DEMO.items() if k in ("roi_size", "init_filters", "blocks_down", "blocks_up",
-                                                                "dropout_prob")}
-    policies = {site: federation.kit(site) / "local" / "site_policy.json" for site in SITES}
-    server_config = federation.kit(federation.server) / "local" / "server_app.json"
-    kept = {path: path.read_text() for path in [*policies.values(), server_config] if path.exists()}  # shared: restored
-    edits = {"site-1": {"share_case_metrics": True}, "site-2": {}, "site-3": {"share_case_metrics": True,
-                                                                            "min_cases": 6}}
-    for site, edit in edits.items():
-        policies[site].write_text(json.dumps({**json.loads(kept[policies[site]]), **edit}))
+    edit_policy(federation, "site-1", share_case_metrics=True)
+    edit_policy(federation, "site-3", share_case_metrics=True, min_cases=6)
     trained = segmentation_run
     assert trained.completed, trained.refusal()
     session = running_federation.session()
     try:
-        models = ServerConfig.load(server_config).models if server_config.exists() else {}
-        write_server_config(federation.kit(federation.server), {**models, "glioma": str(trained.server_app_dir())})
-        params = EvaluationParams(model="glioma", case_metrics=True, min_clients=3, **architecture)
+        serve_model(federation, "glioma", trained.server_app_dir())
+        params = EvaluationParams(model="glioma", case_metrics=True, min_clients=3, **ARCHITECTURE)
         outcome = submit_and_wait(session, export(build_job(EVALUATION, params), tmp_path / "evaluation"),
                                   timeout=600)
-        wrong = EvaluationParams(model="glioma", label_map="brats2023", **architecture)
+        wrong = EvaluationParams(model="glioma", label_map="brats2023", **ARCHITECTURE)
         refused = submit_and_wait(session, export(build_job(EVALUATION, wrong), tmp_path / "wrong"), timeout=300)
     finally:
         session.close()
-        server_config.unlink(missing_ok=True)
-        for path, text in kept.items():
-            path.write_text(text)
 
     assert outcome.completed, outcome.refusal()
     results = json.loads((outcome.server_app_dir() / "results.json").read_text())
@@ -315,13 +339,10 @@ def test_cross_site_evaluation_scores_each_allowed_local_model_and_the_global_on
     case. The global column equals the test task's scores of the same model and a plain brats-evaluation of the
     run's best model on the same cases; each site's scores of a model are the mean of the rows it kept for it."""
     federation = running_federation.federation
-    policies = {site: federation.kit(site) / "local" / "site_policy.json" for site in SITES}
     configs = {site: federation.kit(site) / "local" / "site_agent.json" for site in SITES}
-    server_config = federation.kit(federation.server) / "local" / "server_app.json"
-    kept = {path: path.read_text() for path in [*policies.values(), *configs.values(), server_config]
-            if path.exists()}  # shared federation: restored
+    restore_after(configs.values())
     for site in ("site-1", "site-2"):
-        policies[site].write_text(json.dumps({**json.loads(kept[policies[site]]), "share_local_model": True}))
+        edit_policy(federation, site, share_local_model=True)
     params = SegmentationParams(num_rounds=1, min_clients=3, cross_site_evaluation=True, tracking=False, **CPU_DEMO)
     for site in SITES:  # each site's test cases, as the job splits them, copied to a folder of their own
         config = SiteConfig.load(configs[site])
@@ -333,17 +354,11 @@ def test_cross_site_evaluation_scores_each_allowed_local_model_and_the_global_on
     try:
         outcome = submit_and_wait(session, export(build_job(SEGMENTATION, params), tmp_path / "run"), timeout=600)
         assert outcome.completed, outcome.refusal()
-        models = ServerConfig.load(server_config).models if server_config.exists() else {}
-        write_server_config(federation.kit(federation.server), {**models, "cross-run": str(outcome.server_app_dir())})
+        serve_model(federation, "cross-run", outcome.server_app_dir())
         evaluation = submit_and_wait(session, export(build_job(EVALUATION, EvaluationParams(
-            model="cross-run", dataset="brats_test", min_clients=3, **{k: v for k, v in CPU_DEMO.items() if k in (
-                "roi_size", "init_filters", "blocks_down", "blocks_up", "dropout_prob")})), tmp_path / "eval"),
-            timeout=300)
+            model="cross-run", dataset="brats_test", min_clients=3, **ARCHITECTURE)), tmp_path / "eval"), timeout=300)
     finally:
         session.close()
-        server_config.unlink(missing_ok=True)
-        for path, text in kept.items():
-            path.write_text(text)
 
     results = outcome.results()
     cross = results["cross_site"]
