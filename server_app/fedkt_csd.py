@@ -129,12 +129,11 @@ class FedKTCSDController(SiteAwareController):
         """Results by site name; a failed site is simply absent (the caller decides what that means)."""
         results = self.send_model_and_wait(task_name=task, data=data, targets=targets)
         answered = {r.meta["client_name"]: r for r in results}
-        if self.abort_signal.triggered and self.stopped_by_flare:
-            outcomes = {**{site: "answered" for site in answered}, **self.quiet_site_outcomes(set(answered))}
-            raise JobStopped(self.flare_stop_message(f"the {task} task", dict(sorted(outcomes.items())),
-                                                     self.job.min_clients) + "; nothing was released")
         if self.abort_signal.triggered:
-            raise JobAborted(f"aborted during the {task} task; nothing was released")
+            outcomes = {**{site: "answered" for site in answered}, **self.quiet_site_outcomes(set(answered))}
+            status, reason = self.stop_cause(f"the {task} task", dict(sorted(outcomes.items())),
+                                             self.job.min_clients) or ("aborted", f"aborted during the {task} task")
+            raise (JobStopped if status == "failed" else JobAborted)(f"{reason}; nothing was released")
         return answered
 
     def _calibrate(self, clip_norm: float) -> NoiseCalibration:

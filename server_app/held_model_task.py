@@ -68,10 +68,9 @@ class HeldModelTask(SiteAwareController):
         quiet = self.quiet_site_outcomes(sites)
         if quiet:
             recorder.record["outcomes"] = quiet
-        if self.abort_signal.triggered and self.stopped_by_flare:
-            recorder.finish("failed", error=self.flare_stop_message(self.WORKFLOW, quiet, self.job.min_clients))
-        elif self.abort_signal.triggered:
-            recorder.finish("aborted", error=f"aborted during {self.WORKFLOW}")
+        cause = self.stop_cause(self.WORKFLOW, quiet, self.job.min_clients)
+        if cause:
+            recorder.finish(cause[0], error=cause[1])
         elif len(sites) < self.job.min_clients:
             recorder.finish("failed", error=f"{len(sites)} sites answered, the job needs {self.job.min_clients}")
         else:

@@ -294,16 +294,18 @@ class RoundWorkflow(SiteAwareController):
     def stopped(self, where: str, results: list[FLModel] | None = None, round_index: int | None = None) -> None:
         """The run was aborted during `where`: by the admin ("aborted"), or by FLARE for too few live sites
         ("failed", naming each site's outcome and the round that could not complete)."""
-        if not self.stopped_by_flare:
-            return self.stop("aborted", f"aborted during {where}")
         answered = {u.site for u in take_updates(results or [], self.site_names(), lambda u, m: None).updates}
         outcomes = dict(sorted({**{site: "update accepted" for site in answered},
                                 **self.quiet_site_outcomes(answered)}.items()))
+        status, reason = (self.stop_cause(where, outcomes, self.job.min_clients)
+                          or ("aborted", f"aborted during {where}"))
+        if status == "aborted":
+            return self.stop(status, reason)
         if round_index is None:
             extra: dict[str, Any] = {"outcomes": outcomes}
         else:
             extra = {"failed_round": {"round": round_index + 1, "outcomes": outcomes}}
-        self.stop("failed", self.flare_stop_message(where, outcomes, self.job.min_clients), **extra)
+        self.stop(status, reason, **extra)
 
     def stop(self, status: str, reason: str, **extra: Any) -> None:
         """End early with the completed rounds and the last model kept; the checkpoint stays for a resume."""

@@ -96,21 +96,23 @@ class SiteAwareController(ModelController):
         events = last_event_by_site(Path(self.get_app_dir()).parent, self._started_at)
         return {site for site in sites if site in events and events[site].kind == RETURNED}
 
-    @property
-    def stopped_by_flare(self) -> str:
-        """FLARE's reason when FLARE itself is ending the run (too few live sites, ...); "" for an admin's abort."""
-        return self._flare_stop_reason
+    def stop_cause(self, where: str, outcomes: dict[str, str], min_clients: int) -> tuple[str, str] | None:
+        """Whether the run is being stopped, and by whom, in the words results.json records: None while it goes on;
+        ("failed", FLARE's reason, naming each site's `outcomes`) when FLARE itself ends it (too few live sites,
+        ...); ("aborted", "aborted during <where>") for an admin's abort. The one place a workflow tells the two
+        apart: both reach it through the same abort signal."""
+        if not self.abort_signal.triggered:
+            return None
+        if self._flare_stop_reason:
+            return "failed", (f"FLARE ended the run during {where} ({self._flare_stop_reason}): the job needs "
+                              f"{min_clients} sites; {in_words(outcomes)}")
+        return "aborted", f"aborted during {where}"
 
     def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
         """Remember why FLARE ends the run (its fatal-error event precedes the abort), to tell it from an admin's."""
         if event_type == EventType.FATAL_SYSTEM_ERROR and not self._flare_stop_reason:
             self._flare_stop_reason = str(fl_ctx.get_prop(FLContextKey.EVENT_DATA, "") or "fatal error")
         super().handle_event(event_type, fl_ctx)
-
-    def flare_stop_message(self, where: str, outcomes: dict[str, str], min_clients: int) -> str:
-        """The reason a run FLARE ended records: where, FLARE's words, and each site's outcome."""
-        return (f"FLARE ended the run during {where} ({self._flare_stop_reason}): the job needs {min_clients} "
-                f"sites; {in_words(outcomes)}")
 
     def quiet_outcomes(self, quiet: Iterable[str]) -> dict[str, str]:
         """Each of the `quiet` sites (they did not answer) with what the server heard about it: the one wording of a
