@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import time
 from collections.abc import Iterable, Iterator
@@ -320,7 +321,8 @@ def test_evaluation_scores_the_trained_model_at_every_site_under_each_sites_own_
         for q, suffix in (("mean", ""), ("q1", "_q1"), ("median", "_median"), ("q3", "_q3"))}
     page = (tmp_path / "report" / "evaluation.html").read_text()
     assert results["model_identity"]["sha256"] in page and "share_case_metrics is false" in page
-    assert "http" not in page.lower().replace("http-equiv", "")  # nothing to fetch
+    linked = re.findall(r'(?:src|href)\s*=\s*["\']([^"\']*)', page)
+    assert linked and all(v.startswith("data:") for v in linked) and "url(" not in page  # nothing to fetch
     shot = np.asarray(Image.open(screenshot(tmp_path / "report" / "evaluation.html", tmp_path / "report" / "page.png")))
     assert shot.shape[:2] == (1000, 1200) and shot.std() > 10  # a rendered page, not a blank one
 
