@@ -46,7 +46,6 @@ from fl_contract.segmentation import (
 from fl_contract.tracking import sender_id
 from site_agent.accounting import client_dp_epsilon
 from site_agent.data.pipeline import surface_data_errors
-from site_agent.policy import PolicyInForce
 from site_agent.segmentation.data import SiteData, load_site_data
 from site_agent.segmentation.dp import noise_std, privatise_update
 from site_agent.segmentation.memory import GIB, check_training_memory, estimate_training_memory
@@ -104,10 +103,11 @@ class SegmentationTask(TrackedTask):
 
     def _local_model_refusal(self, ctx: SiteContext) -> str:
         """Why this site keeps its local model (its policy, or no model trained by this job process), or ""."""
-        site = PolicyInForce.read(ctx.local_dir)
-        if site.policy is None:
-            return site.problem
-        if not site.policy.share_local_model:
+        try:
+            policy = ctx.policy()
+        except RuntimeError as missing:
+            return str(missing)
+        if not policy.share_local_model:
             return "the site's policy keeps its local model (share_local_model is false)"
         if self._local_model is None:
             return "the site holds no local model of this job: its job process trained in no round (it restarted)"
