@@ -38,10 +38,12 @@ from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_component import FLComponent
 from nvflare.apis.fl_context import FLContext
 from nvflare.fuel.f3.cellnet.core_cell import make_reply
-from nvflare.fuel.f3.cellnet.defs import CellChannel, CellChannelTopic, IdentityChallengeKey
+from nvflare.fuel.f3.cellnet.defs import CellChannelTopic, IdentityChallengeKey
 from nvflare.fuel.f3.cellnet.defs import ReturnCode as CellReturnCode
 from nvflare.fuel.f3.message import Message
 from nvflare.private.defs import CellMessageHeaderKeys, ClientType
+
+from server_app.cell_handlers import current_handler, install
 
 PARTICIPANTS_FILE = "participants.json"
 _ROLES = {ClientType.REGULAR: "sites", ClientType.ADMIN: "admins", ClientType.RELAY: "relays"}
@@ -180,18 +182,6 @@ class ParticipantsList:
         return reason, f"{reason} (listed in {self.path}: {listed})"
 
 
-def _previous_handler(server: Any, topic: str, fallback: Callable[[Message], Message]) -> Callable[[Message], Message]:
-    """The handler now registered for `topic` (FLARE's, or another component's wrapper), so that ours chains."""
-    registered = server.cell.core_cell.req_reg.find(CellChannel.SERVER_MAIN, topic)
-    if registered is None or not callable(getattr(registered, "cb", None)):
-        return fallback
-
-    def call(request: Message) -> Message:
-        return registered.cb(request, *registered.args, **registered.kwargs)
-
-    return call
-
-
 class SiteAdmission(FLComponent):
     """At server start-up: registrations and heartbeats of names outside `local/participants.json` are refused.
 
@@ -229,8 +219,7 @@ class SiteAdmission(FLComponent):
         for topic, fallback, action, refused in (
                 (CellChannelTopic.Register, server.register_client, "registration", None),
                 (CellChannelTopic.HEART_BEAT, server.client_heartbeat, "heartbeat", log_out)):
-            handler = self._checked(_previous_handler(server, topic, fallback), action, refused)
-            server.cell.register_request_cb(channel=CellChannel.SERVER_MAIN, topic=topic, cb=handler)
+            install(server, topic, self._checked(current_handler(server, topic, fallback), action, refused))
 
     def _checked(self, handler: Callable[[Message], Message], action: str,
                  on_refusal: Callable[[Message], None] | None) -> Callable[[Message], Message]:

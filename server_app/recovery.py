@@ -24,7 +24,9 @@ FLARE tells a job's workflow that a site is gone but never why; the component re
 the job's run folder (`server_app.site_events`), where the workflow reads it to name each site's outcome; a client
 that registers again mid-job is reported gone to the job, which FLARE does not do when it is back within the
 server's heartbeat timeout, and is then given the job again: deployed, started and taken back by the job's
-workflow (`server_app.rejoin`, unless `rejoin` is switched off).
+workflow (`server_app.rejoin`, unless `rejoin` is switched off). A site told to end the jobs the restarted
+server no longer runs is given the time FLARE's client takes for that before its next heartbeat
+(`server_app.heartbeat_grace`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from nvflare.private.defs import CellMessageHeaderKeys, JobFailureMsgKey
 
 from fl_contract.job_meta import RESUMABLE_KEY, RESUMED_FROM_KEY
 from server_app.checkpoint import job_digest, record_job_digest, record_resumer, resumed_run
+from server_app.heartbeat_grace import allow_for_orphan_cleanup
 from server_app.rejoin import Heartbeats, Rejoin, jobs_listing
 from server_app.site_events import CLIENT_GONE, JOB_PROCESS_FAILED, REJOIN_FAILED, RETURNED, append_event
 
@@ -191,8 +194,10 @@ class JobRecovery(FLComponent):
             self._start(engine, fl_ctx)
 
     def _start(self, engine: Any, fl_ctx: FLContext) -> None:
-        """Install the site-failure handling, then close (and, when resumable, clone) every interrupted job."""
+        """Install the site-failure handling and the heartbeat grace (server_app.heartbeat_grace), then close (and,
+        when resumable, clone) every interrupted job."""
         record_dead_site_reasons(engine)
+        allow_for_orphan_cleanup(engine.server, self.logger.info)
         if self.tolerate_site_failures:
             tolerate_site_job_failures(engine.server)
         manager = engine.job_def_manager
