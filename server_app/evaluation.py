@@ -1,8 +1,8 @@
 """Evaluation workflow: send one model the server holds to every site, which scores it on its labelled cases and
 answers with what its policy lets leave (means; quartiles and pseudonymised per-case rows over at least its
 `min_cases` cases); results.json records each site's answer and the federation's case-weighted means. The flow is
-`server_app.held_model_task`'s; `fl-seg-report` renders a brats-evaluation's record as a page. isic-evaluation
-scores an ISIC classifier the same way."""
+`server_app.held_model_task`'s; `fl-eval-report` renders either record as a page. isic-evaluation scores an ISIC
+classifier the same way."""
 
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ class IsicEvaluationController(EvaluationController):
     (balanced accuracy does not pool from the sites' values)."""
 
     PARAMS: ClassVar[type[HeldModelParams]] = IsicEvaluationParams
+    WORKFLOW: ClassVar[str] = "isic-evaluation"
     META: ClassVar[tuple[str, ...]] = (CONFUSION, WITHHELD)
 
     def federation(self, sites: dict[str, dict[str, float]]) -> dict[str, float]:

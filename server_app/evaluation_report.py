@@ -8,8 +8,6 @@ embedded as a PNG, no script, no web asset fetched), so it can be mailed or file
 
 from __future__ import annotations
 
-import base64
-import html
 import io
 import json
 from pathlib import Path
@@ -28,9 +26,10 @@ from fl_contract.segmentation import (
     metric_key,
     quartile_key,
 )
+from server_app.html_page import bullets, cell, definitions, document, image, text
+from server_app.html_page import table as html_table
 
 COLUMNS = (*REGIONS, MEAN)
-HTML_FILE, JSON_FILE, HEATMAP_FILE = "evaluation.html", "evaluation.json", "evaluation.png"
 
 
 def is_evaluation(results: dict[str, Any]) -> bool:
@@ -76,11 +75,12 @@ def heatmap_png(table: dict[str, Any]) -> bytes:
     rows = {**table["sites"], **({"federation": table["federation"]} if table["federation"] else {})}
     values = {name: {c if c != MEAN else "mean": (row.get(f"dice_{c.lower()}") or {}).get("mean", float("nan"))
                      for c in COLUMNS} for name, row in rows.items()}
-    return dice_heatmap(values, "Dice (BraTS convention), mean over each site's cases")
+    return score_heatmap(values, "Dice (BraTS convention), mean over each site's cases")
 
 
-def dice_heatmap(values: dict[str, dict[str, float]], title: str) -> bytes:
-    """A PNG of {row: {column: Dice}} on a 0-1 scale, each cell labelled with its value (missing: blank)."""
+def score_heatmap(values: dict[str, dict[str, float]], title: str) -> bytes:
+    """A PNG of {row: {column: score}} (Dice, recall, accuracy) on a 0-1 scale, each cell labelled with its value
+    (missing: blank)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -106,74 +106,73 @@ def dice_heatmap(values: dict[str, dict[str, float]], title: str) -> bytes:
     return buffer.getvalue()
 
 
-def _cell(value: dict[str, float] | None, digits: int) -> str:
+def _spread(value: dict[str, float] | None, digits: int) -> str:
+    """A mean, with the median [q1, q3] beneath where the site sent them."""
     if not value:
-        return "<td>-</td>"
-    spread = (f"<br><small>{value['median']:.{digits}f} [{value['q1']:.{digits}f}, {value['q3']:.{digits}f}]</small>"
+        return cell(None, digits)
+    detail = (f"{value['median']:.{digits}f} [{value['q1']:.{digits}f}, {value['q3']:.{digits}f}]"
               if "median" in value else "")
-    return f"<td>{value['mean']:.{digits}f}{spread}</td>"
+    return cell(value["mean"], digits, detail)
+
+
+def provenance(model: dict[str, Any]) -> list[tuple[str, object]]:
+    """The model's file, digest, what the job says it was made with, and the run that made it."""
+    made_by = model.get("made_by") or {}
+    made_with = [(k, v) for k, v in model.items() if k not in ("path", "sha256", "made_by") and v is not None]
+    return [("file", model.get("path")), ("sha256", model.get("sha256")), *made_with,
+            ("made by", f"{made_by.get('results')} ({made_by.get('status')}, {made_by.get('rounds')} rounds)"
+             if made_by else "not recorded: no results.json beside the model")]
+
+
+def site_notes(table: dict[str, Any]) -> list[str]:
+    """What each site withheld and why, and the sites that sent no result, as escaped list items."""
+    notes = [f"<b>{text(site)}</b>: {text(what)}: {text(why)}"
+             for site, withheld in sorted(table["withheld"].items()) for what, why in sorted(withheld.items())]
+    outcomes = table["outcomes"]
+    return notes + [f"<b>{text(site)}</b>: no result ({text(outcomes.get(site, 'no answer'))})"
+                    for site in table["no_result"]]
+
+
+def status_line(table: dict[str, Any]) -> str:
+    return text(table["status"]) + (f": {text(table['error'])}" if table["error"] else "")
 
 
 def page(table: dict[str, Any], heatmap: bytes) -> str:
     """The HTML page: nothing in it is fetched or run."""
-    model = table["model"]
-    made_by = model.get("made_by") or {}
-    provenance = [("file", model.get("path")), ("sha256", model.get("sha256")), ("label map", model.get("label_map")),
-                  ("network", f"{model.get('network')} {model.get('model_args')}"),
-                  ("made by", f"{made_by.get('results')} ({made_by.get('status')}, {made_by.get('rounds')} rounds)"
-                   if made_by else "not recorded: no results.json beside the model")]
-    head = "".join(f"<th>Dice {c}</th>" for c in COLUMNS) + "<th>HD95 mean (mm)</th><th>lesion-wise Dice mean</th>" \
-        "<th>lesion-wise HD95 mean (mm)</th>"
-    body = []
+    head = ["site", "cases", *(f"Dice {c}" for c in COLUMNS), "HD95 mean (mm)", "lesion-wise Dice mean",
+            "lesion-wise HD95 mean (mm)"]
+    rows = []
     for name, row in [*table["sites"].items(), *([("federation", table["federation"])] if table["federation"] else [])]:
-        cells = "".join(_cell(row.get(f"dice_{c.lower()}"), 3) for c in COLUMNS)
-        cells += _cell(row.get("hd95_mean"), 1) + _cell(row.get("lesion_dice_mean"), 3) + \
-            _cell(row.get("lesion_hd95_mean"), 1)
-        cases = f"{row['cases']:.0f}" if row.get("cases") is not None else "-"
-        css = ' class="federation"' if name == "federation" else ""
-        body.append(f"<tr{css}><th>{html.escape(name)}</th><td>{cases}</td>{cells}</tr>")
-    notes = [f"<li><b>{html.escape(site)}</b>: {html.escape(what)}: {html.escape(why)}</li>"
-             for site, withheld in sorted(table["withheld"].items()) for what, why in sorted(withheld.items())]
-    outcomes = table["outcomes"]
-    notes += [f"<li><b>{html.escape(site)}</b>: no result ({html.escape(str(outcomes.get(site, 'no answer')))})</li>"
-              for site in table["no_result"]]
-    status = html.escape(str(table["status"])) + (f": {html.escape(str(table['error']))}" if table["error"] else "")
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Model evaluation across sites</title>
-<style>
-body {{ font-family: sans-serif; margin: 2em; color: #222; max-width: 72em; }}
-table {{ border-collapse: collapse; margin: 1em 0; }}
-th, td {{ border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; }}
-th {{ background: #f0f0f0; }} tr th:first-child {{ text-align: left; }}
-tr.federation td, tr.federation th {{ font-weight: bold; border-top: 2px solid #444; }}
-dl {{ display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }} dt {{ font-weight: bold; }}
-dd {{ margin: 0; font-family: monospace; overflow-wrap: anywhere; }} small {{ color: #555; white-space: nowrap; }}
-</style></head><body>
-<h1>Model evaluation across sites</h1>
-<p>Job status: {status}. Each site scored the model on its own labelled cases (BraTS 2023 procedure); only the
-values below left the sites. A cell holds the mean over the site's cases and, where the site sent them, the median
-[first, third quartile]; the federation row is the mean over every case scored.</p>
-<h2>Model</h2>
-<dl>{"".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in provenance)}</dl>
-<h2>Scores per site</h2>
-<table><tr><th>site</th><th>cases</th>{head}</tr>
-{chr(10).join(body)}
-</table>
-<img alt="Dice per site and region" src="data:image/png;base64,{base64.b64encode(heatmap).decode()}">
-<h2>What sites withheld</h2>
-<ul>{"".join(notes) or "<li>nothing: every site sent every value the job asked for</li>"}</ul>
-<p>Per-case rows (pseudonymised) came from: {html.escape(", ".join(table["case_rows"]) or "no site")}.</p>
-</body></html>
-"""
+        cells = [cell(row.get("cases"), 0), *(_spread(row.get(f"dice_{c.lower()}"), 3) for c in COLUMNS),
+                 _spread(row.get("hd95_mean"), 1), _spread(row.get("lesion_dice_mean"), 3),
+                 _spread(row.get("lesion_hd95_mean"), 1)]
+        rows.append((name, cells))
+    return document("Model evaluation across sites", [
+        f"<p>Job status: {status_line(table)}. Each site scored the model on its own labelled cases (BraTS 2023 "
+        "procedure); only the values below left the sites. A cell holds the mean over the site's cases and, where "
+        "the site sent them, the median [first, third quartile]; the federation row is the mean over every case "
+        "scored.</p>",
+        "<h2>Model</h2>", definitions(provenance(table["model"])),
+        "<h2>Scores per site</h2>", html_table(head, rows, total="federation"),
+        image(heatmap, "Dice per site and region"),
+        "<h2>What sites withheld</h2>",
+        bullets(site_notes(table), "nothing: every site sent every value the job asked for"),
+        f"<p>Per-case rows (pseudonymised) came from: {text(', '.join(table['case_rows']) or 'no site')}.</p>"])
 
 
 def write_report(results: dict[str, Any], out: Path) -> list[Path]:
     """evaluation.html, evaluation.json and evaluation.png (the heatmap) in `out`."""
     table = summary(results)
     heatmap = heatmap_png(table)
+    return write_files(out, page(table, heatmap), table, heatmap)
+
+
+def write_files(out: Path, html: str, table: dict[str, Any], heatmap: bytes, stem: str = "evaluation") -> list[Path]:
+    """A report's three files in `out`: the page, its data as JSON and the heatmap alone (`stem`.html, .json,
+    .png)."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / HTML_FILE, out / JSON_FILE, out / HEATMAP_FILE]
-    paths[0].write_text(page(table, heatmap))
+    paths = [out / f"{stem}.html", out / f"{stem}.json", out / f"{stem}.png"]
+    paths[0].write_text(html)
     paths[1].write_text(json.dumps(table, indent=2))
     paths[2].write_bytes(heatmap)
     return paths

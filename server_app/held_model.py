@@ -3,7 +3,8 @@ checked against the job's architecture and label map before any site receives it
 
 The admin names the model by key and file name; the federation lead maps the key to a folder in the server's
 `local/server_app.json` ("models"), e.g. the `app_server/` folder of a finished segmentation run, whose
-`best_global_model.pt` is the model selected on validation. A job never carries a path or weights. When the
+`best_global_model.pt` is the model selected on validation; a TorchScript file of the same network serves as well
+(its weights are read, its program never run). A job never carries a path or weights. When the
 folder holds the run's `results.json`, what the job says the model was made with (`made_with`: a SegResNet's label
 map and architecture, a classifier's network and image size) must be the run's: a model trained on BraTS 2021
 labels scored or applied with BraTS 2023's would be silently wrong at every site.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +38,7 @@ def held_model(local_dir: Path, job: HeldModelParams) -> tuple[Params, dict[str,
     provenance: dict[str, Any] = {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                                   **job.made_with()}
     provenance |= _made_by(folder / RESULTS_FILE, job)
-    state = torch.load(path, weights_only=True, map_location="cpu")
-    params = {k: np.asarray(v.numpy()) for k, v in state.items()}
+    params = {k: np.asarray(v.numpy()) for k, v in _state_dict(path).items()}
     network, arguments = job.model_spec()
     try:
         load_numpy_params(build_model(network, **arguments), params)
@@ -45,6 +46,24 @@ def held_model(local_dir: Path, job: HeldModelParams) -> tuple[Params, dict[str,
         raise ValueError(f"{path} does not fit {network} with {arguments} (the run that made it records "
                          f"its arguments in results.json, job.model_args): {err}") from err
     return params, provenance
+
+
+def _state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a state_dict file or of a TorchScript file (`torch.jit.save`, as vendors and model zoos ship
+    a model). Of a TorchScript file only the weights are read: the program in it is never run, and the sites are
+    sent the weights alone, so a site still runs only the network its agent builds. Anything else: ValueError."""
+    if zipfile.is_zipfile(path) and any(name.endswith("/constants.pkl") for name in zipfile.ZipFile(path).namelist()):
+        module = torch.jit.load(str(path), map_location="cpu")
+        return {k: v.detach() for k, v in module.state_dict().items()}
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as err:  # torch.load of stray bytes raises anything (UnpicklingError, EOFError, IndexError...)
+        raise ValueError(f"{path} is neither a state_dict (torch.save of model.state_dict()) nor a TorchScript "
+                         f"file (torch.jit.save): {err}") from err
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"{path} holds a {type(state).__name__}, not a state_dict of tensors: save "
+                         "model.state_dict(), or the model with torch.jit.save")
+    return state
 
 
 def _made_by(results: Path, job: HeldModelParams) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""`fl-seg-report`: a downloaded segmentation result -> Dice per site per round as a PNG plot and a markdown table;
-a brats-evaluation result -> the page a consortium reads (`server_app.evaluation_report`).
+"""`fl-seg-report`: a downloaded segmentation result -> Dice per site per round as a PNG plot and a markdown table
+(and a run's cross-site matrix as a table and heatmap; its page is `fl-eval-report`'s).
 
 Reads only `results.json` (what the admin downloads). "Model round" r is the global model after r aggregation
 rounds (0 = the initial model): sites score the model they receive, so round r+1's metrics describe model r, and
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from server_app.evaluation_report import dice_heatmap, evaluation_text, is_evaluation, summary, write_report
+from server_app import cross_site_report
 from server_app.results import RESULTS_FILE
 
 REGIONS = ("tc", "wt", "et", "mean")
@@ -80,12 +80,9 @@ def _cross_site_lines(cross: dict[str, Any] | None) -> list[str]:
 
 def cross_site_plot(results: dict[str, Any], path: Path) -> Path | None:
     """The cross-site Dice matrix as a heatmap, when the run has one."""
-    cross = results.get("cross_site") or {}
-    if not cross.get("sites"):
+    if not cross_site_report.has_cross_site(results):
         return None
-    key = f"{cross['split']}_dice_mean"
-    values = {site: {m: v[key] for m, v in row.items() if key in v} for site, row in cross["sites"].items()}
-    path.write_bytes(dice_heatmap(values, f"Dice mean on each site's {cross['split']} cases, by model"))
+    path.write_bytes(cross_site_report.heatmap_png(cross_site_report.summary(results)))
     return path
 
 
@@ -154,14 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fl-seg-report", description=__doc__.split("\n\n")[0])
     parser.add_argument("result", type=Path, help="results.json, or the downloaded job folder holding it")
     parser.add_argument("--out", type=Path, default=Path("."),
-                        help="folder for dice.png and dice.md, or for an evaluation's evaluation.html, .json and .png "
-                             "(default: here)")
+                        help="folder for dice.png, dice.md and cross_site.png (default: here)")
     args = parser.parse_args(argv)
     results = load_results(args.result)
-    if is_evaluation(results):
-        paths = write_report(results, args.out)
-        print(evaluation_text(summary(results)) + "\nwrote " + ", ".join(str(p) for p in paths))
-        return 0
+    if results.get("job", {}).get("workflow") in ("evaluation", "isic-evaluation"):
+        raise SystemExit(f"{args.result}: an evaluation job's result; its page is written by fl-eval-report")
     args.out.mkdir(parents=True, exist_ok=True)
     text = markdown(results)
     (args.out / "dice.md").write_text(text)

@@ -27,7 +27,7 @@ from jobs.inference.spec import InferenceParams
 from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
 from jobs.segmentation.spec import KIND as SEGMENTATION
 from provisioning.provision import Federation, customise, load_template, provision
-from server_app import segmentation_report
+from server_app import evaluation_cli, segmentation_report
 from server_app.server_config import ServerConfig, write_server_config
 from site_agent.audit import RESULT_SENT, AuditLog
 from site_agent.data.synthetic_brats import write_brats_site
@@ -313,7 +313,7 @@ def test_evaluation_scores_the_trained_model_at_every_site_under_each_sites_own_
     charged = [e for e in Ledger(federation.kit("site-2") / "local").entries() if e["job_id"] == outcome.job_id]
     assert [(e["job_kind"], e["epsilon"], e["delta"]) for e in charged] == [("brats-evaluation", 0.0, 0.0)]
 
-    assert segmentation_report.main([str(outcome.result_dir), "--out", str(tmp_path / "report")]) == 0
+    assert evaluation_cli.main([str(outcome.result_dir), "--out", str(tmp_path / "report")]) == 0
     table = json.loads((tmp_path / "report" / "evaluation.json").read_text())
     assert table["model"]["sha256"] == results["model_identity"]["sha256"] and list(table["sites"]) == SITES
     assert table["sites"]["site-2"]["dice_wt"] == {
@@ -390,4 +390,7 @@ def test_cross_site_evaluation_scores_each_allowed_local_model_and_the_global_on
     assert "| site | global | site-1 | site-2 |" in table and f"| site-3 | {dice['site-3']['global']:.3f} |" in table
     assert "site-3's model not scored: the site's policy keeps" in table
     assert Image.open(tmp_path / "report" / "cross_site.png").size[0] > 300
+    assert evaluation_cli.main([str(outcome.result_dir), "--out", str(tmp_path / "page")]) == 0
+    page = (tmp_path / "page" / "cross_site.html").read_text()
+    assert f"{dice['site-3']['site-1']:.3f}" in page and "share_local_model is false" in page
 

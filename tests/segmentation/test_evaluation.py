@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import nibabel as nib
@@ -161,3 +162,24 @@ def test_the_server_sends_a_model_with_its_provenance_and_refuses_one_of_another
         held_model(_server(tmp_path / "width", {**run, "job": {**run["job"], "init_filters": 16}}), PARAMS)
     with pytest.raises(ValueError, match="does not fit segresnet"):
         held_model(_server(tmp_path / "weights", None), EvaluationParams(init_filters=16))
+
+
+def test_a_torchscript_file_gives_the_sites_its_weights_and_a_file_of_anything_else_is_refused(tmp_path):
+    """A vendor ships a TorchScript file: the server sends the same weights the network's state_dict holds (the
+    program is never run, nor sent); a pickled whole model, or a file of no model, is refused naming the file."""
+    torch.manual_seed(3)
+    net = build_model("segresnet", **PARAMS.model_args())
+    local = _server(tmp_path / "scripted", None)
+    folder = Path(json.loads((local / CONFIG_FILE).read_text())["models"]["brats"])
+    torch.jit.save(torch.jit.script(net), folder / "vendor.ts")
+    params, provenance = held_model(local, replace(PARAMS, model_file="vendor.ts"))
+    assert provenance["path"].endswith("vendor.ts")
+    expected = state_dict_to_numpy(net)
+    assert params.keys() == expected.keys() and all(np.array_equal(params[k], expected[k]) for k in expected)
+
+    torch.save({"not": "weights"}, folder / "dict.pt")
+    (folder / "notes.pt").write_text("a text file")
+    for name, reason in (("dict.pt", "not a state_dict of tensors"), ("notes.pt", "neither a state_dict")):
+        with pytest.raises(ValueError, match=reason) as refused:
+            held_model(local, replace(PARAMS, model_file=name))
+        assert name in str(refused.value)
