@@ -10,3 +10,6 @@ WITHHELD = "withheld"
 CONFUSION = "confusion"
 """FLModel meta of a classifier's evaluation: {"classes": [...], "counts": rows of the true class, columns of the
 predicted one, null where a cell holds fewer than the site's min_cases images}."""
+GLOBAL_MODEL = "global"
+"""A cross-site matrix's name of the federation's global model (a segmentation run's others are named by the site
+that trained them; PLayer-FL's other is each site's personalised model)."""

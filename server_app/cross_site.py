@@ -8,20 +8,23 @@ a hospital's policy needs: a site's local model leaves it only where the site al
 policy; the site answers with its reason otherwise) and never when the job masks its updates or adds client-side
 DP (`local_models_refusal`: the server asks for none); and the scores are the BraTS ones the test task sends, on
 the test cases (validation cases without a test split), never on the cases a model trained on.
+
+PLayer-FL's matrix is narrower (`personalised_against_global`): a site's personalised layers never leave it, so
+each site scores its own personalised model and the server's global model, both on its test split.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from nvflare.app_common.abstract.fl_model import FLModel
 
-from fl_contract.evaluation import WITHHELD
+from fl_contract.evaluation import GLOBAL_MODEL, WITHHELD
+from fl_contract.playerfl.protocol import PERSONALISED
 from fl_contract.segmentation import (
     CROSS_VALIDATE_TASK,
     DICE,
-    GLOBAL_MODEL,
     HD95,
     LESION_DICE,
     LESION_HD95,
@@ -71,16 +74,29 @@ def score_models(send: Send, models: dict[str, Params], split: str,
 
 
 def cross_site_record(split: str, models: list[str], matrix: dict[str, dict[str, dict[str, float]]],
-                      withheld: dict[str, str], all_sites: list[str]) -> dict[str, Any]:
+                      withheld: dict[str, str], all_sites: list[str],
+                      headline: Sequence[str] | None = None) -> dict[str, Any]:
     """results.json's `cross_site`: the scored split and models, each site's metrics per model, one matrix per
-    headline metric ({metric: {site: {model: value}}}), what was withheld and who answered nothing."""
-    headline = {}
-    for metric in (DICE, HD95, LESION_DICE, LESION_HD95):
-        key = metric_key(split, metric, MEAN)
-        headline[key] = {site: {model: values[key] for model, values in row.items() if key in values}
-                         for site, row in matrix.items()}
-    return {"split": split, "models": models, "sites": matrix, "matrix": headline, "withheld": withheld,
+    headline metric ({metric: {site: {model: value}}}; a segmentation run's Dice, HD95 and their lesion-wise means
+    unless `headline` names others), what was withheld and who answered nothing."""
+    keys = headline or [metric_key(split, metric, MEAN) for metric in (DICE, HD95, LESION_DICE, LESION_HD95)]
+    matrices = {key: {site: {model: values[key] for model, values in row.items() if key in values}
+                      for site, row in matrix.items()} for key in keys}
+    return {"split": split, "models": models, "sites": matrix, "matrix": matrices, "withheld": withheld,
             "no_result": sorted(set(all_sites) - set(matrix))}
+
+
+def personalised_against_global(personalised: dict[str, dict[str, float]], global_scores: dict[str, dict[str, float]],
+                                headline: Sequence[str], all_sites: list[str], global_model: str) -> dict[str, Any]:
+    """PLayer-FL's matrix: each site's personalised model and the server's global model, both on the site's own
+    test split (a personalised model is scored at home only: its personal layers never leave the site).
+    `global_model` says what the global model is made of; a site is in the matrix once it scored both."""
+    sites = sorted(set(personalised) & set(global_scores))
+    matrix = {site: {PERSONALISED: {k: personalised[site][k] for k in headline if k in personalised[site]},
+                     GLOBAL_MODEL: {k: global_scores[site][k] for k in headline if k in global_scores[site]}}
+              for site in sites}
+    record = cross_site_record("test", [PERSONALISED, GLOBAL_MODEL], matrix, {}, all_sites, headline)
+    return {**record, "global_model": global_model}
 
 
 def cross_site_evaluation(send: Send, global_model: Params, final_params: Params, encoding: str, split: str,

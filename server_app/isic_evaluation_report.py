@@ -72,6 +72,7 @@ def _confusion(site: str, matrix: dict[str, Any]) -> str:
 
 
 def page(table: dict[str, Any], heatmap: bytes) -> str:
+    """The HTML page: nothing in it is fetched or run."""
     classes = table["classes"]
     head = ["site", "images", "balanced accuracy", "macro-F1", *(f"recall {c}" for c in classes)]
     rows = [(site, [cell(row["images"], 0), cell(row["balanced_accuracy"], 3), cell(row["macro_f1"], 3),

@@ -33,10 +33,14 @@ from server_app.aggregation import (
     site_name,
 )
 from server_app.checkpoint import Resumed
+from server_app.cross_site import personalised_against_global
 from server_app.masked_round import MetaCheck
 from server_app.metrics import WEIGHT, federation_summary
 from server_app.playerfl_split import SPLIT_RULES, SplitInputs
 from server_app.round_workflow import RoundWorkflow
+
+CROSS_SITE_SCORES = ("test_balanced_accuracy", "test_macro_f1")
+"""The matrices of PLayer-FL's cross-site evaluation: the scores its final evaluation reports."""
 
 
 class PLayerFLController(RoundWorkflow):
@@ -130,10 +134,28 @@ class PLayerFLController(RoundWorkflow):
             self.fail(f"evaluation: only {len(evaluation)} sites answered, the job needs {self.job.min_clients}; no "
                       f"evaluation from {missing}")
             return False
+        extra: dict[str, Any] = {}
+        if self.job.cross_site_evaluation:
+            scored = self._send(protocol.SCORE_GLOBAL_TASK, self.global_params, self.layers, len(self.layers),
+                                self.job.num_rounds)
+            if self.abort_signal.triggered:
+                self.stopped("the cross-site evaluation")
+                return False
+            extra["cross_site"] = personalised_against_global(
+                evaluation, {site_name(r): scalar_metrics(r) for r in scored}, CROSS_SITE_SCORES, self.site_names(),
+                self._global_model_parts())
         self.recorder.save_model(self.model_to_save())
         self.recorder.finish("finished", federated_layers=self.shared, evaluation=evaluation,
-                             summary=federation_summary(evaluation, weighted=not self.masked))
+                             summary=federation_summary(evaluation, weighted=not self.masked), **extra)
         return True
+
+    def _global_model_parts(self) -> str:
+        """What the server's whole global model is: the layers federated in the last round, and the rest as the
+        server last held them (averaged in an earlier round, e.g. PLayer-FL's round 1, or never: initial)."""
+        names = [layer.name for layer in self.layers]
+        rest = f"; {', '.join(names[self.shared:])} as the server last held them (averaged in an earlier round, " \
+               "or the initial values where never federated)" if self.shared < len(names) else ""
+        return f"{', '.join(names[:self.shared])} as federated in the last round{rest}"
 
     def _reported_weight(self, result: FLModel) -> dict[str, int]:
         """A site's training-set size as it sent it beside its evaluation; with secure_aggregation none is recorded

@@ -45,11 +45,18 @@ class PLayerFLParams(WeightsEncodingParams, SecureWeightsParams, RoundParams):
     min_clients: int = param(2, "sites that must take part", low=1)
     dataset: str = param("isic", "dataset key sites map to their ISIC folder in site_agent.json")
     seed: int = param(0, "initial weights, data split, shuffling, augmentation, FedLP draws, PLayer-FL-Random's split")
+    cross_site_evaluation: bool = param(False, "after the final evaluation, each site also scores the server's whole "
+                                               "global model on its test split: a sites x {personalised, global} "
+                                               "matrix in results.json (personal layers never leave a site, so each "
+                                               "personalised model is scored at home only)")
 
     def check(self) -> None:
         super().check()
         if self.secure_aggregation and self.method == "local":
             raise ParameterError("method='local' shares no weights: secure_aggregation has nothing to mask")
+        if self.cross_site_evaluation and self.method == "local":
+            raise ParameterError("method='local' federates nothing: there is no global model to score "
+                                 "(cross_site_evaluation)")
 
     def model_arguments(self) -> dict[str, Any]:
         """The classifier's arguments: four classes, then the job's own."""

@@ -19,6 +19,10 @@ NORMALISATIONS = ("total", "first_layer")
 TRAIN_TASK = "train"
 CURVE_SAMPLES = "num_samples"  # in a sensitivity curve: the training samples that weight it in the mean
 EVALUATE_TASK = "evaluate"
+SCORE_GLOBAL_TASK = "score_global"
+"""Cross-site evaluation's one extra task: the server's whole global model scored on the site's test split."""
+PERSONALISED = "personalised"
+"""The cross-site matrix's name of each site's own model (scored at home only: its personal layers never leave)."""
 
 METHOD = "playerfl_method"
 SHARED_LAYERS = "playerfl_shared_layers"

@@ -8,6 +8,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from fl_contract.evaluation import GLOBAL_MODEL
+from fl_contract.playerfl.protocol import PERSONALISED
+from server_app import cross_site_report
 from server_app.metrics import INCENTIVE_BASELINES, SCORES
 from server_app.report import plots, ranks
 from server_app.report.runs import Run, load_runs
@@ -33,16 +36,44 @@ def splits_markdown(runs: Sequence[Run]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cross_site_markdown(runs: Sequence[Run]) -> str:
+    """Per run with cross-site evaluation: each site's personalised model against the server's global model, both
+    on the site's test split; "" when no run has one."""
+    scored = sorted((r for r in runs if r.cross_site), key=lambda r: (r.method, r.seed))
+    if not scored:
+        return ""
+    lines = ["## Personalised against global (cross-site evaluation)", "",
+             "Each site's personalised model (scored at home only) and the server's global model, on the site's test "
+             "split.", "", "| method | seed | site | balanced accuracy: personalised | global | macro-F1: "
+             "personalised | global |", "| --- | ---: | --- | ---: | ---: | ---: | ---: |"]
+    for run in scored:
+        for site, row in (run.cross_site or {}).get("sites", {}).items():
+            cells = [f"{row[model][score]:.3f}" if score in row.get(model, {}) else "—"
+                     for score in ("test_balanced_accuracy", "test_macro_f1") for model in (PERSONALISED, GLOBAL_MODEL)]
+            lines.append(f"| {run.method} | {run.seed} | {site} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cross_site_heatmap(run: Run, path: Path) -> Path:
+    """The run's personalised-against-global balanced accuracy per site, as fl-eval-report draws it."""
+    table = cross_site_report.summary({"cross_site": run.cross_site, "job": {"method": run.method}})
+    path.write_bytes(cross_site_report.heatmap_png(table))
+    return path
+
+
 def write_report(runs: Sequence[Run], out_dir: Path) -> Path:
-    """Write report.md, summary.json, one per-site bar chart per score and one curve plot per PLayer-FL run."""
+    """Write report.md, summary.json, one per-site bar chart per score, one curve plot per PLayer-FL run and one
+    heatmap per run with cross-site evaluation."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table, ranked = method_table(runs), ranks.rankings(runs)
     figures = [plots.site_bars(runs, score, out_dir / f"sites_{score}.png") for score in SCORES]
     figures += [plots.sensitivity_curves(r, out_dir / f"sensitivity_seed{r.seed}.png")
                 for r in runs if r.split and r.split.get("federation_curve")]
+    figures += [_cross_site_heatmap(r, out_dir / f"cross_site_{r.method}_seed{r.seed}.png")
+                for r in runs if r.cross_site]
     text = ["# PLayer-FL report", "", f"{len(runs)} runs. {SUMMARY}", "", markdown(table), "## Ranks and tests", "",
-            ranks.markdown(ranked), "## Splits", "", splits_markdown(runs),
+            ranks.markdown(ranked), "## Splits", "", splits_markdown(runs), cross_site_markdown(runs),
             *[f"![{f.stem}]({f.name})" for f in figures], ""]
     splits = {f"{r.method} seed {r.seed}": r.split["federated_layers"] for r in runs if r.split}
     excluded = {f"{r.method} seed {r.seed}": r.split["excluded_sites"] for r in runs

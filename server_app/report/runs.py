@@ -19,6 +19,8 @@ class Run:
     summary: dict[str, float]
     split: dict[str, Any] | None
     source: Path
+    cross_site: dict[str, Any] | None = None
+    """The run's personalised-against-global matrix (cross_site_evaluation), if it has one."""
 
     def site_scores(self, score: str) -> dict[str, float]:
         return {site: values[score] for site, values in self.evaluation.items()}
@@ -46,7 +48,8 @@ def load_runs(paths: Iterable[Path]) -> list[Run]:
             raise ValueError(f"{file}: the run did not finish (status {record.get('status')!r}, "
                              f"error {record.get('error')!r})")
         split = next((r["split"] for r in record["rounds"] if "split" in r), None)
-        runs.append(Run(job["method"], int(job["seed"]), record["evaluation"], record["summary"], split, file))
+        runs.append(Run(job["method"], int(job["seed"]), record["evaluation"], record["summary"], split, file,
+                        record.get("cross_site")))
     duplicates = sorted({(r.method, r.seed) for r in runs
                          if sum((r.method, r.seed) == (o.method, o.seed) for o in runs) > 1})
     if duplicates:

@@ -5,8 +5,9 @@ Each `train` task: load the received layers over the site's own model, validate 
 strategy (`site_agent.playerfl.methods`, over the contract in `fl_contract.playerfl.methods`); PLayer-FL's
 sensitivity curve, measured by its strategy after the first local epoch, is sent when its contract says so. The
 final `evaluate` task scores the best-validation snapshot (FedBABU: its fine-tuned model) on the site's held-out
-test split. Metrics also go to TensorBoard through FLARE's experiment tracking when the job names a writer. What
-leaves the site per method is listed in docs/playerfl.md.
+test split; with cross-site evaluation a `score_global` task scores the server's whole global model on it too.
+Metrics also go to TensorBoard through FLARE's experiment tracking when the job names a writer. What leaves the
+site per method is listed in docs/playerfl.md.
 """
 
 from __future__ import annotations
@@ -130,6 +131,21 @@ class PLayerFLTask(TrackedTask):
         self.track(metrics, final_round)
         return FLModel(metrics=metrics, meta=self._clear_count(FLMetaKey.NUM_STEPS_CURRENT_ROUND, len(site.train)))
 
+    def task_score_global(self, model: FLModel, ctx: SiteContext) -> FLModel:
+        """Cross-site evaluation: the server's whole global model, as sent, on the test split the final evaluation
+        scored the site's personalised model on; the site's own state is neither read nor changed, and only the two
+        scores leave."""
+        self._check_method(model, ctx)
+        received = model.params or {}
+        expected = prefix_keys(self.layers, len(self.layers))
+        if sorted(received) != sorted(expected):
+            raise ValueError(f"site {ctx.site_name}: the server sent {len(received)} parameters as its global model, "
+                             f"expected all {len(expected)} of the model's")
+        net = self._new_model().to(ctx.device)
+        load_numpy_params(net, received)
+        test = evaluate(net, self._load_site(ctx).test, ctx.device)
+        return FLModel(metrics={"test_macro_f1": test["macro_f1"], "test_balanced_accuracy": test["balanced_accuracy"]})
+
     def _clear_count(self, key: str, count: int) -> dict[str, int]:
         """The site's training-set size under `key`, or nothing with secure_aggregation: the count is the site's
         to keep then (it leaves only masked, inside the training round's vector), in every answer."""
@@ -137,12 +153,15 @@ class PLayerFLTask(TrackedTask):
 
     # ---- steps -------------------------------------------------------------------------------------------------
 
-    def _prepare(self, model: FLModel, ctx: SiteContext) -> tuple[_Site, SiteState, nn.Module]:
-        """Check the method, load data and state, and put the received layers over the site's own model."""
+    def _check_method(self, model: FLModel, ctx: SiteContext) -> None:
         sent_method = (model.meta or {}).get(protocol.METHOD)
         if sent_method != self.job.method:
             raise ValueError(f"site {ctx.site_name} runs method {self.job.method!r} but the server runs "
                              f"{sent_method!r}; fix the job")
+
+    def _prepare(self, model: FLModel, ctx: SiteContext) -> tuple[_Site, SiteState, nn.Module]:
+        """Check the method, load data and state, and put the received layers over the site's own model."""
+        self._check_method(model, ctx)
         site = self._load_site(ctx)
         previous = int(model.current_round or 0) - 1  # the state this round starts from: after the previous round
         saved = latest_state(site.state_folder, previous) if previous >= 0 else None

@@ -128,11 +128,12 @@ def test_a_rebooted_playerfl_site_comes_back_into_its_job_with_its_personal_laye
     service runs `site-agent start` as site IT set it up. The server deploys the running job to it again; it is
     sent the round still waiting for it (every site is required) and starts from the state it saved after its last
     round before the reboot (its personal layers as it left them; a site back after missed rounds starts from the
-    newest one it saved, test_playerfl_wire.py); the job completes with site-3 in every round."""
+    newest one it saved, test_playerfl_wire.py); the job completes with site-3 in every round and in the
+    personalised-against-global matrix of its cross-site evaluation."""
     federation, loopback = fault_federation
     # every site required: the round waits for site-3 (quorum_wait_s), however long its reboot takes under load
     params = PLayerFLParams(**{**DEMO_JOB_ARGS, "num_rounds": 4, "local_epochs": 1, "min_clients": 3,
-                               "quorum_wait_s": 300.0})
+                               "quorum_wait_s": 300.0, "cross_site_evaluation": True})
     job_dir = export(build_job(PLAYERFL, params), tmp_path)
     session = loopback.session(ADMIN)
     try:
@@ -154,6 +155,9 @@ def test_a_rebooted_playerfl_site_comes_back_into_its_job_with_its_personal_laye
     site_log = (federation.kit("site-3") / job_id / "log.txt").read_text(errors="replace")
     assert "no saved state" not in site_log  # it went on from its own state, not as a new participant
     assert (federation.kit("site-3") / f"{job_id}.before-restart-1").is_dir()  # its interrupted run, kept
+    cross = results["cross_site"]  # the rebooted site scores its personalised model and the global one too
+    assert sorted(cross["sites"]) == SITES and cross["no_result"] == []
+    assert all(set(row) == {"personalised", "global"} for row in cross["sites"].values())
 
 
 def test_one_model_kinds_go_on_without_a_dead_site_and_stop_named_on_a_server_restart_or_an_abort(fault_federation,

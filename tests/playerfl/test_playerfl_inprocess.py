@@ -8,13 +8,19 @@ import pytest
 import torch
 from nvflare.apis.fl_constant import FLMetaKey
 from nvflare.app_common.abstract.fl_model import FLModel
+from sklearn.metrics import balanced_accuracy_score, f1_score
 
 from federation_tools.playerfl_compare import write_demo_sites
+from fl_contract.models import build_model
 from fl_contract.params import ParameterError
 from fl_contract.playerfl import protocol
 from jobs.playerfl.inprocess import JobFailed, run_in_process
 from jobs.playerfl.spec import PLayerFLParams
+from server_app import evaluation_cli
+from server_app import report as playerfl_report
 from server_app.metrics import WEIGHT
+from server_app.results import GLOBAL_MODEL_FILE
+from site_agent.playerfl.data import IsicImages, load_site_splits
 
 TINY = {"num_rounds": 2, "image_size": 32, "batch_size": 8, "tracking": False, "min_clients": 3,
         "model_args": {"channels": [4, 4, 8, 8, 8], "hidden": 8}}
@@ -91,3 +97,53 @@ def _assert_nothing_in_the_clear(received: list[tuple[str, FLModel]], weight_nam
 def test_local_training_has_nothing_to_mask():
     with pytest.raises(ParameterError, match="shares no weights"):
         PLayerFLParams(method="local", secure_aggregation=True, update_l2_bound=1.0)
+
+
+def _scores_of(state: dict, records, image_size: int) -> dict[str, float]:
+    """Balanced accuracy and macro-F1 of the model `state` on `records`, computed here with sklearn."""
+    net = build_model("cnn5", **PLayerFLParams(**TINY).model_arguments())
+    net.load_state_dict(state)
+    net.eval()
+    images = IsicImages(records, image_size)
+    with torch.no_grad():
+        predicted = [int(net(images[i][0][None]).argmax()) for i in range(len(images))]
+    truth = [int(images[i][1]) for i in range(len(images))]
+    return {"test_balanced_accuracy": balanced_accuracy_score(truth, predicted),
+            "test_macro_f1": f1_score(truth, predicted, average="macro", zero_division=0)}
+
+
+@pytest.mark.parametrize("method", ["fedavg", "playerfl"])
+def test_cross_site_evaluation_scores_the_global_model_beside_each_personalised_one_at_home(sites, tmp_path, method):
+    """Every site scores the server's whole global model on its test split beside its personalised model's score;
+    for FedAvg the global column equals sklearn on the saved global model's predictions, and a site sends only the
+    two scores for it. A Local job, with no global model, is refused before it runs."""
+    received: list[tuple[str, FLModel]] = []
+    results = _run(method, sites, tmp_path, received, cross_site_evaluation=True)
+    cross = results["cross_site"]
+    assert cross["models"] == [protocol.PERSONALISED, "global"] and sorted(cross["sites"]) == sorted(sites)
+    for site, row in cross["sites"].items():
+        assert row[protocol.PERSONALISED] == {k: results["evaluation"][site][k] for k in row[protocol.PERSONALISED]}
+        assert set(row["global"]) == {"test_balanced_accuracy", "test_macro_f1"}
+        assert cross["matrix"]["test_balanced_accuracy"][site]["global"] == row["global"]["test_balanced_accuracy"]
+    answers = [model for task, model in received if task == protocol.SCORE_GLOBAL_TASK]
+    assert len(answers) == len(sites) and all(not a.params and set(a.metrics) == {"test_balanced_accuracy",
+                                                                                   "test_macro_f1"} for a in answers)
+    layers = results["job"]["layers"]
+    if method == "fedavg":
+        assert cross["global_model"] == f"{', '.join(layers)} as federated in the last round"
+        state = torch.load(tmp_path / "server" / "app_server" / GLOBAL_MODEL_FILE, weights_only=True)
+        for site, folder in sites.items():
+            expected = _scores_of(state, load_site_splits(folder, TINY.get("seed", 0)).test, TINY["image_size"])
+            assert cross["sites"][site]["global"] == pytest.approx(expected, abs=1e-12), site
+    else:
+        assert f"{layers[-1]} as the server last held them" in cross["global_model"]
+    assert evaluation_cli.main([str(tmp_path / "server"), "--out", str(tmp_path / "page")]) == 0
+    page = (tmp_path / "page" / "cross_site.html").read_text()
+    assert "personalised model (at home only" in page and all(
+        f"{value:.3f}" in page for row in cross["matrix"]["test_balanced_accuracy"].values() for value in row.values())
+    report = playerfl_report.write_report(playerfl_report.load_runs([tmp_path / "server"]), tmp_path / "report")
+    site_1 = cross["sites"]["site-1"] if "site-1" in cross["sites"] else next(iter(cross["sites"].values()))
+    assert f"{site_1['global']['test_balanced_accuracy']:.3f}" in report.read_text()
+    assert (tmp_path / "report" / f"cross_site_{method}_seed0.png").read_bytes().startswith(b"\x89PNG")
+    with pytest.raises(ParameterError, match="no global model to score"):
+        PLayerFLParams(method="local", cross_site_evaluation=True, **TINY)

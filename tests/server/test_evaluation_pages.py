@@ -18,8 +18,8 @@ from PIL import Image
 from support import screenshot
 
 from fl_contract.classes import PLAYERFL_CLASSES
-from fl_contract.evaluation import CONFUSION, WITHHELD
-from fl_contract.segmentation import DICE, GLOBAL_MODEL, HD95, LESION_DICE, LESION_HD95, MEAN, metric_key
+from fl_contract.evaluation import CONFUSION, GLOBAL_MODEL, WITHHELD
+from fl_contract.segmentation import DICE, HD95, LESION_DICE, LESION_HD95, MEAN, metric_key
 from server_app import segmentation_report
 from server_app.cross_site import cross_site_record
 from server_app.evaluation import IsicEvaluationController
@@ -105,7 +105,7 @@ def test_the_cross_site_page_holds_every_matrix_number_and_names_the_model_kept_
     table = json.loads((tmp_path / "report" / "cross_site.json").read_text())
     for metric, digits in ((DICE, 3), (HD95, 1), (LESION_DICE, 3), (LESION_HD95, 1)):
         key = metric_key("test", metric, MEAN)
-        assert table["matrix"][metric] == record["matrix"][key]
+        assert table["matrix"][key] == record["matrix"][key]
         for row in record["matrix"][key].values():
             assert all(f"{value:.{digits}f}" in page for value in row.values())
     assert "&lt;script&gt;" in page and "<script>" not in page and _fetches_nothing(page)
