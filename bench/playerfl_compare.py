@@ -7,7 +7,7 @@ per method on a tuning seed that is not an evaluation seed (the rate with the be
 macro-F1 of the sites' chosen models wins); then every method at its rate over the evaluation seeds (seed: initial
 weights, data split, shuffling, augmentation). PLayer-FL runs first for each seed, so PLayer-FL-Random leaves its p
 out of the draw. Each run is the exported job's own controller and site tasks in one process
-(`jobs.playerfl.inprocess`; FLARE's simulator would take about 2 minutes a run). The report (`server_app.report`):
+(`jobs.playerfl.inprocess`; FLARE's simulator would take about 2 minutes a run). The report (`reports.playerfl`):
 medians with the lowest and highest seed, mean ranks for macro-F1, fairness and incentivisation, Friedman and
 Wilcoxon tests, the splits.
 
@@ -36,11 +36,11 @@ from federation_tools.playerfl_compare import write_demo_sites
 from fl_contract.playerfl.protocol import METHODS
 from jobs.playerfl.inprocess import run_in_process
 from jobs.playerfl.spec import PLayerFLParams
+from reports.playerfl import load_runs, write_report
+from reports.playerfl.ranks import markdown as ranks_markdown
+from reports.playerfl.ranks import rankings
+from reports.playerfl.table import markdown, method_table
 from server_app.metrics import WEIGHT
-from server_app.report import load_runs, write_report
-from server_app.report.ranks import markdown as ranks_markdown
-from server_app.report.ranks import rankings
-from server_app.report.table import markdown, method_table
 from site_agent.data.isic import IMAGE_FOLDER
 
 NARROW_CNN5 = {"channels": [4, 8, 16, 32, 64], "hidden": 32}

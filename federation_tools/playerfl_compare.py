@@ -1,5 +1,5 @@
 """PLayer-FL and its baselines on synthetic ISIC-format sites with label skew: the sites, and one method's run in
-FLARE's simulator (the report compares such runs: `server_app.report`)."""
+FLARE's simulator (the report compares such runs: `reports.playerfl`)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from jobs.admin import JobOutcome
 from jobs.demo_job import DemoJob
 from jobs.evaluation.spec import KIND, EvaluationParams
 from jobs.segmentation.spec import CPU_DEMO
-from server_app.evaluation_report import evaluation_text, summary
+from reports.evaluation import evaluation_text, summary
 from server_app.results import RESULTS_FILE
 
 MODEL_KEY = "demo-glioma"

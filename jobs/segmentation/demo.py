@@ -8,8 +8,8 @@ from pathlib import Path
 from jobs.admin import JobOutcome
 from jobs.demo_job import DemoJob
 from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, KIND, SegmentationParams
+from reports.segmentation import markdown
 from server_app.results import RESULTS_FILE
-from server_app.segmentation_report import markdown
 from site_agent.data.synthetic_brats import write_brats_site
 
 

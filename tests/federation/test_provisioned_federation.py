@@ -27,7 +27,8 @@ from jobs.inference.spec import InferenceParams
 from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
 from jobs.segmentation.spec import KIND as SEGMENTATION
 from provisioning.provision import Federation, customise, load_template, provision
-from server_app import evaluation_cli, segmentation_report
+from reports import evaluation_cli
+from reports import segmentation as segmentation_report
 from server_app.server_config import ServerConfig, write_server_config
 from site_agent.audit import RESULT_SENT, AuditLog
 from site_agent.data.synthetic_brats import write_brats_site

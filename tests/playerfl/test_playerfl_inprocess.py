@@ -16,8 +16,8 @@ from fl_contract.params import ParameterError
 from fl_contract.playerfl import protocol
 from jobs.playerfl.inprocess import JobFailed, run_in_process
 from jobs.playerfl.spec import PLayerFLParams
-from server_app import evaluation_cli
-from server_app import report as playerfl_report
+from reports import evaluation_cli
+from reports import playerfl as playerfl_report
 from server_app.metrics import WEIGHT
 from server_app.results import GLOBAL_MODEL_FILE
 from site_agent.playerfl.data import IsicImages, load_site_splits

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from reports.playerfl import write_report
+from reports.playerfl.ranks import markdown, rankings
+from reports.playerfl.runs import Run
+from reports.playerfl.table import method_table
 from server_app.metrics import federation_summary
-from server_app.report import write_report
-from server_app.report.ranks import markdown, rankings
-from server_app.report.runs import Run
-from server_app.report.table import method_table
 
 # per method, per seed: the macro-F1 of sites a and b (balanced accuracy the same)
 SCORES = {"local": [(0.5, 0.5), (0.6, 0.4), (0.5, 0.6)],

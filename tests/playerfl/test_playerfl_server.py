@@ -5,10 +5,10 @@ import pytest
 from torch import nn
 
 from fl_contract.playerfl.layers import model_layers
+from reports.playerfl.table import median_spread
 from server_app.aggregation import SiteUpdate, UpdateRejected
 from server_app.metrics import federation_summary, incentivisation
 from server_app.playerfl import aggregate_layers, check_curve, check_layers
-from server_app.report.table import median_spread
 
 LAYERS = model_layers(nn.Sequential(nn.Linear(1, 1), nn.Linear(1, 1)))
 GLOBAL = {"0.weight": np.zeros((1, 1), np.float32), "0.bias": np.zeros(1, np.float32),

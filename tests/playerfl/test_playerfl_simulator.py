@@ -12,7 +12,7 @@ from federation_tools.playerfl_compare import simulate_method, write_demo_sites
 from jobs.common import build_job, export
 from jobs.playerfl.inprocess import run_in_process
 from jobs.playerfl.spec import KIND, PLayerFLParams
-from server_app.report import load_runs, write_report
+from reports.playerfl import load_runs, write_report
 from site_agent import __version__
 
 NARROW_CNN5 = {"channels": [8, 16, 32, 64, 64], "hidden": 32}

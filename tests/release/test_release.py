@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("fl_contract", "site_agent", "server_app", "jobs", "provisioning", "federation_tools")
+PACKAGES = ("fl_contract", "site_agent", "server_app", "reports", "jobs", "provisioning", "federation_tools")
 
 
 @pytest.fixture(scope="module")

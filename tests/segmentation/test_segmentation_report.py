@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from server_app.segmentation_report import dice_table, main
+from reports.segmentation import dice_table, main
 
 
 def _metrics(mean: float) -> dict[str, float]:

@@ -20,10 +20,10 @@ from support import screenshot
 from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.evaluation import CONFUSION, GLOBAL_MODEL, WITHHELD
 from fl_contract.segmentation import DICE, HD95, LESION_DICE, LESION_HD95, MEAN, metric_key
-from server_app import segmentation_report
+from reports import segmentation as segmentation_report
+from reports.evaluation_cli import main
 from server_app.cross_site import cross_site_record
 from server_app.evaluation import IsicEvaluationController
-from server_app.evaluation_cli import main
 from server_app.results import RESULTS_FILE, RunRecorder
 from site_agent.classification.evaluation_release import isic_release
 

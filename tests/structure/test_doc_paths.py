@@ -31,7 +31,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("fl_contract", "site_agent", "server_app", "jobs", "provisioning", "federation_tools")
+PACKAGES = ("fl_contract", "site_agent", "server_app", "reports", "jobs", "provisioning", "federation_tools")
 SOURCE_EXTENSIONS = (".py", ".md", ".sh", ".toml", ".yml")
 DATA_EXTENSIONS = {"json", "yml", "yaml", "csv", "txt", "log", "npz", "png", "md", "py", "toml", "safetensors", "pt",
                    "nii", "gz", "dcm", "sh", "key", "crt", "pem", "whl"}

@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("fl_contract", "site_agent", "server_app", "jobs", "provisioning", "federation_tools")
+PRODUCT = ("fl_contract", "site_agent", "server_app", "reports", "jobs", "provisioning", "federation_tools")
 MAX_UNDOCUMENTED_LINES = 20
 
 

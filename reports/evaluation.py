@@ -26,8 +26,8 @@ from fl_contract.segmentation import (
     metric_key,
     quartile_key,
 )
-from server_app.html_page import bullets, cell, definitions, document, image, text
-from server_app.html_page import table as html_table
+from reports.html_page import bullets, cell, definitions, document, image, text
+from reports.html_page import table as html_table
 
 COLUMNS = (*REGIONS, MEAN)
 

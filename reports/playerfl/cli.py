@@ -10,11 +10,11 @@ from pathlib import Path
 
 from fl_contract.evaluation import GLOBAL_MODEL
 from fl_contract.playerfl.protocol import PERSONALISED
-from server_app import cross_site_report
+from reports import cross_site as cross_site_report
+from reports.playerfl import plots, ranks
+from reports.playerfl.runs import Run, load_runs
+from reports.playerfl.table import markdown, method_table
 from server_app.metrics import INCENTIVE_BASELINES, SCORES
-from server_app.report import plots, ranks
-from server_app.report.runs import Run, load_runs
-from server_app.report.table import markdown, method_table
 
 SUMMARY = (f"Median over seeds [lowest, highest seed]; federation scores weighted by training size; fairness = "
            f"variance of the sites' scores (lower is fairer); incentivisation = share of sites strictly better than "

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from server_app.report.runs import Run
-from server_app.report.table import run_metrics
+from reports.playerfl.runs import Run
+from reports.playerfl.table import run_metrics
 
 REFERENCE = "playerfl"
 RANKED = (("test_macro_f1", "macro-F1", True), ("test_macro_f1_variance", "fairness", False),

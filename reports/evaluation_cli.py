@@ -11,8 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from server_app import cross_site_report, evaluation_report, isic_evaluation_report
-from server_app.segmentation_report import load_results
+from reports import cross_site, evaluation, isic_evaluation
+from reports.segmentation import load_results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,14 +21,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("."), help="folder for the page and its files (default: here)")
     args = parser.parse_args(argv)
     results = load_results(args.result)
-    if evaluation_report.is_evaluation(results):
-        paths = evaluation_report.write_report(results, args.out)
-        shown = evaluation_report.evaluation_text(evaluation_report.summary(results))
-    elif isic_evaluation_report.is_isic_evaluation(results):
-        paths = isic_evaluation_report.write_report(results, args.out)
-        shown = isic_evaluation_report.evaluation_text(isic_evaluation_report.summary(results))
-    elif cross_site_report.has_cross_site(results):
-        paths = cross_site_report.write_report(results, args.out)
+    if evaluation.is_evaluation(results):
+        paths = evaluation.write_report(results, args.out)
+        shown = evaluation.evaluation_text(evaluation.summary(results))
+    elif isic_evaluation.is_isic_evaluation(results):
+        paths = isic_evaluation.write_report(results, args.out)
+        shown = isic_evaluation.evaluation_text(isic_evaluation.summary(results))
+    elif cross_site.has_cross_site(results):
+        paths = cross_site.write_report(results, args.out)
         shown = f"cross-site evaluation of {', '.join(results['cross_site']['models'])}"
     else:
         raise SystemExit(f"{args.result}: neither an evaluation job's result nor a run with cross-site evaluation "

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from fl_contract.playerfl.protocol import PERSONALISED
-from server_app.evaluation_report import score_heatmap, write_files
-from server_app.html_page import bullets, cell, definitions, document, image, text
-from server_app.html_page import table as html_table
+from reports.evaluation import score_heatmap, write_files
+from reports.html_page import bullets, cell, definitions, document, image, text
+from reports.html_page import table as html_table
 
 TITLES = {"dice_mean": ("Dice, mean of TC, WT, ET", 3), "hd95_mean": ("HD95 (mm), mean of TC, WT, ET", 1),
           "lesion_dice_mean": ("lesion-wise Dice, mean", 3), "lesion_hd95_mean": ("lesion-wise HD95 (mm), mean", 1),

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from server_app import cross_site_report
+from reports import cross_site as cross_site_report
 from server_app.results import RESULTS_FILE
 
 REGIONS = ("tc", "wt", "et", "mean")

@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from server_app.report.runs import Run  # noqa: E402
+from reports.playerfl.runs import Run  # noqa: E402
 
 
 def site_bars(runs: Sequence[Run], score: str, out: Path) -> Path:

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from reports.playerfl.runs import Run
 from server_app.metrics import INCENTIVE_BASELINES, SCORES, incentivisation
-from server_app.report.runs import Run
 
 LABELS = {"test_macro_f1": "macro-F1", "test_balanced_accuracy": "balanced acc."}
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from fl_contract.evaluation import CONFUSION, EVAL
-from server_app.evaluation_report import provenance, score_heatmap, site_notes, status_line, write_files
-from server_app.html_page import bullets, cell, definitions, document, image, text
-from server_app.html_page import table as html_table
+from reports.evaluation import provenance, score_heatmap, site_notes, status_line, write_files
+from reports.html_page import bullets, cell, definitions, document, image, text
+from reports.html_page import table as html_table
 
 
 def is_isic_evaluation(results: dict[str, Any]) -> bool:
