@@ -2,14 +2,14 @@
 
 Protocol (the paper's, scaled to 2 CPU cores): one synthetic federation of 4 ISIC-format sites (label skew from one
 Dirichlet(alpha) draw, a skin tint per site), written once and degraded as cheap cameras would (`degrade_site`: the
-generator's lesions are told apart by colour alone, and Local reached macro-F1 1.0 on them); a learning-rate search
-per method on a tuning seed that is not an evaluation seed (the rate with the best training-size-weighted validation
+generator's lesions are told apart by colour alone, and Local reached macro-F1 1.0 on them); a learning-rate search per
+method on a tuning seed that is not an evaluation seed (the rate with the best training-size-weighted validation
 macro-F1 of the sites' chosen models wins); then every method at its rate over the evaluation seeds (seed: initial
-weights, data split, shuffling, augmentation). PLayer-FL runs first for each seed, so PLayer-FL-Random leaves its p
-out of the draw. Each run is the exported job's own controller and site tasks in one process
-(`jobs.playerfl.inprocess`; FLARE's simulator would take about 2 minutes a run). The report (`reports.playerfl`):
-medians with the lowest and highest seed, mean ranks for macro-F1, fairness and incentivisation, Friedman and
-Wilcoxon tests, the splits.
+weights, data split, shuffling, augmentation). PLayer-FL runs first for each seed, so PLayer-FL-Random leaves its p out
+of the draw. Each run is the exported job's own controller and site tasks in one process
+(`federation_tools.playerfl_inprocess`; FLARE's simulator would take about 2 minutes a run). The report
+(`reports.playerfl`): medians with the lowest and highest seed, mean ranks for macro-F1, fairness and incentivisation,
+Friedman and Wilcoxon tests, the splits.
 
 Torch runs single-threaded: on 2 shared cores two threads contend (measured: one 64 px epoch of the narrow CNN took
 0.37 s with 1 thread and 2.7 s with 2 under load).
@@ -33,8 +33,8 @@ from PIL import Image, ImageFilter
 from readme_section import write_section
 
 from federation_tools.playerfl_compare import write_demo_sites
+from federation_tools.playerfl_inprocess import run_in_process
 from fl_contract.playerfl.protocol import METHODS
-from jobs.playerfl.inprocess import run_in_process
 from jobs.playerfl.spec import PLayerFLParams
 from reports.playerfl import load_runs, write_report
 from reports.playerfl.ranks import markdown as ranks_markdown

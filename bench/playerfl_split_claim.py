@@ -15,14 +15,13 @@ ways, data seed fixed:
   `MIN_SITE_IMAGES`), images untouched (the same appearance everywhere);
 - both: the labels partition, then the appearance looks.
 
-Per federation and seed (seed: initial weights, data split, shuffling, augmentation; the same at every kind), the
-job's own controller and site tasks in one process (`jobs.playerfl.inprocess`, as `playerfl_compare.py`): PLayer-FL
-at the job's defaults (t = 1.5, total normalisation), then PLayer-FL with the split rule replaced by each fixed
-p = 1..L-1 (the same sites, curves and seed; the run at PLayer-FL's own p is PLayer-FL's). Reported: each site's and
-the federation's p, p under the other normalisation and over the t grid (from the same curves), the per-layer
-curves (`playerfl_split_claim.png`), and the training-size-weighted test macro-F1 of every p. Narrow CNN5, torch on
-one thread.
-"""
+Per federation and seed (seed: initial weights, data split, shuffling, augmentation; the same at every kind), the job's
+own controller and site tasks in one process (`federation_tools.playerfl_inprocess`, as `playerfl_compare.py`):
+PLayer-FL at the job's defaults (t = 1.5, total normalisation), then PLayer-FL with the split rule replaced by each
+fixed p = 1..L-1 (the same sites, curves and seed; the run at PLayer-FL's own p is PLayer-FL's). Reported: each site's
+and the federation's p, p under the other normalisation and over the t grid (from the same curves), the per-layer curves
+(`playerfl_split_claim.png`), and the training-size-weighted test macro-F1 of every p. Narrow CNN5, torch on one
+thread."""
 
 from __future__ import annotations
 
@@ -45,7 +44,7 @@ import torch  # noqa: E402
 from PIL import Image, ImageFilter  # noqa: E402
 from readme_section import write_section  # noqa: E402
 
-from jobs.playerfl.inprocess import run_in_process  # noqa: E402
+from federation_tools.playerfl_inprocess import run_in_process  # noqa: E402
 from jobs.playerfl.spec import PLayerFLParams  # noqa: E402
 from server_app import playerfl_split  # noqa: E402
 from server_app.metrics import WEIGHT  # noqa: E402

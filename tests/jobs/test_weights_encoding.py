@@ -16,6 +16,7 @@ from support import over_the_wire, read_exported_job
 
 from federation_tools.job_cli import main as fl_job
 from federation_tools.playerfl_compare import write_demo_sites
+from federation_tools.playerfl_inprocess import run_in_process
 from federation_tools.simulate import simulate
 from fl_contract.models import build_model, state_dict_to_numpy
 from fl_contract.params import ParameterError
@@ -28,7 +29,6 @@ from fl_contract.weights_encoding import (
 )
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
-from jobs.playerfl.inprocess import run_in_process
 from jobs.playerfl.spec import PLayerFLParams
 from jobs.registry import kinds
 from server_app.aggregation import SiteUpdate, aggregate, encoded_updates, matching, take_updates

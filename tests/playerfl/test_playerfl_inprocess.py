@@ -11,10 +11,10 @@ from nvflare.app_common.abstract.fl_model import FLModel
 from sklearn.metrics import balanced_accuracy_score, f1_score
 
 from federation_tools.playerfl_compare import write_demo_sites
+from federation_tools.playerfl_inprocess import JobFailed, run_in_process
 from fl_contract.models import build_model
 from fl_contract.params import ParameterError
 from fl_contract.playerfl import protocol
-from jobs.playerfl.inprocess import JobFailed, run_in_process
 from jobs.playerfl.spec import PLayerFLParams
 from reports import evaluation_cli
 from reports import playerfl as playerfl_report

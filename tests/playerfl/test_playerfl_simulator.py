@@ -9,8 +9,8 @@ from support import JOB_FILES, read_exported_job
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from federation_tools.playerfl_compare import simulate_method, write_demo_sites
+from federation_tools.playerfl_inprocess import run_in_process
 from jobs.common import build_job, export
-from jobs.playerfl.inprocess import run_in_process
 from jobs.playerfl.spec import KIND, PLayerFLParams
 from reports.playerfl import load_runs, write_report
 from site_agent import __version__
@@ -38,7 +38,8 @@ def test_exported_job_ships_no_code_and_keeps_every_parameter(tmp_path):
 
 def _runs(root: Path) -> dict[str, Path]:
     """PLayer-FL through FLARE's simulator; the baselines it is compared with by the same controller and site tasks in
-    this process (`jobs.playerfl.inprocess`), which saves two simulator runs. Returns each run's results.json."""
+    this process (`federation_tools.playerfl_inprocess`), which saves two simulator runs. Returns each run's
+    results.json."""
     sites = write_demo_sites(root / "data", 4, 40, 32, 0.5, seed=0)
     runs = {"playerfl-seed0": simulate_method("playerfl", root, sites, root / "data", 0, **JOB)}
     for method in ("fedavg", "local"):
