@@ -7,7 +7,7 @@ It runs the command and reads every process's CPU time (user + system, /proc/PID
 command ends; a process that lived less than a second between two reads is missed, and one that ends between reads
 loses at most its last second. A process that has ended but is not yet reaped (a zombie) shows no command line: it
 keeps the role it had (before, its whole CPU went to "everything else", which so held most of the job processes'
-and simulator sites' CPU). A warm job process (`fl_contract.warm_job`) imports ahead and forks each job's
+and simulator sites' CPU). A warm job process (`fl_runtime.warm_job`) imports ahead and forks each job's
 process, whose title turns into FLARE's command line: the warm process's CPU counts as importing ahead, a forked
 process's from the moment it took its title as the job's. The suite's four workers keep the 2 cores 92% busy, so
 the suite's time follows its CPU: this says which part of that to cut.
@@ -27,7 +27,7 @@ from readme_section import write_section
 TICKS = os.sysconf("SC_CLK_TCK")
 WARM = "warm job processes importing ahead"
 ROLES = (  # (text in the command line, role), the first that matches
-    ("fl_contract.warm_job", WARM),
+    ("fl_runtime.warm_job", WARM),
     ("nvflare.private.fed.app.client.worker_process", "sites' job processes"),
     ("nvflare.private.fed.app.server.runner_process", "the server's job processes"),
     ("nvflare.private.fed.app.client.client_train", "FLARE site clients (parents)"),

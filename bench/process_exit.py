@@ -1,5 +1,5 @@
 """How long a job process takes to exit once its work is done, with and without the quick exit
-(fl_contract/process_exit.py), interleaved.
+(fl_runtime/process_exit.py), interleaved.
 
     .venv/bin/python bench/process_exit.py [--repeats 5] [--write-readme]
 
@@ -20,7 +20,7 @@ from interleaved import Times, main, ratio_table
 IMPORTS = "import nvflare.private.fed.app.client.worker_process, site_agent.tasks.segmentation"
 ARMS = {
     "quick exit (the agent's)": f"{IMPORTS}; import time; print(time.time(), flush=True)",
-    "CPython's own exit": (f"{IMPORTS}; import atexit, time; from fl_contract import process_exit; "
+    "CPython's own exit": (f"{IMPORTS}; import atexit, time; from fl_runtime import process_exit; "
                            "atexit.unregister(process_exit._collect_then_freeze); print(time.time(), flush=True)"),
 }
 

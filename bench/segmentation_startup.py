@@ -8,7 +8,7 @@ the first task received ("got task assignment") and, for segmentation, the first
 after the site read, validated and cached its cases and scored the received model); the server's job process
 likewise (its "Runner_process started" and first task scheduled). Also reports the time to the job's end.
 
-It runs the job on kits with FLARE's own job launcher and on kits with the warm one (`fl_contract.job_launcher`,
+It runs the job on kits with FLARE's own job launcher and on kits with the warm one (`fl_runtime.job_launcher`,
 the default), alternately in one run, a fresh federation each time; with the warm launcher it submits once every
 warm process has imported its modules (their "warm job process ready" line in the kit's process.log), as a job
 submitted a while after the federation started finds them (every later job too: each is forked from them). Each
@@ -30,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 
 from federation_tools.loopback import LoopbackFederation, free_port
-from fl_contract.warm_job import READY
+from fl_runtime.warm_job import READY
 from jobs.admin import submit_and_wait
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND as LINEAR

@@ -233,7 +233,7 @@ class LoopbackFederation:
 
 def _is_job_worker(process: psutil.Process) -> bool:
     """FLARE runs each job in a worker process of its own (client: worker_process, server: runner_process); a job
-    run by the kits' warm process has that command line as its title, one string (fl_contract.warm_job)."""
+    run by the kits' warm process has that command line as its title, one string (fl_runtime.warm_job)."""
     try:
         return any(word.endswith(("worker_process", "runner_process"))
                    for part in process.cmdline() for word in part.split())

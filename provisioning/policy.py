@@ -84,12 +84,12 @@ def site_deployer_component() -> dict[str, Any]:
                      "dataset_keys": {name: list(kind.dataset_keys) for name, kind in kinds().items()}}}
 
 
-SITE_JOB_LAUNCHER = "fl_contract.job_launcher.WarmClientJobLauncher"
-SERVER_JOB_LAUNCHER = "fl_contract.job_launcher.WarmServerJobLauncher"
+SITE_JOB_LAUNCHER = "fl_runtime.job_launcher.WarmClientJobLauncher"
+SERVER_JOB_LAUNCHER = "fl_runtime.job_launcher.WarmServerJobLauncher"
 
 
 def job_launcher_component(launcher: str, classes: list[str]) -> dict[str, Any]:
-    """A kit's `process_launcher` (FLARE's id, kept): the warm launcher of fl_contract.job_launcher, its warm
+    """A kit's `process_launcher` (FLARE's id, kept): the warm launcher of fl_runtime.job_launcher, its warm
     process importing ahead the modules of `classes`, those a job of a registered kind may build on that side."""
     return {"id": "process_launcher", "path": launcher,
             "args": {"preload": sorted({path.rpartition(".")[0] for path in classes})}}

@@ -3,7 +3,7 @@ every site and every admin, each with the security policy of `provisioning.polic
 
 Certificates and kits are made by FLARE's own `nvflare provision`; this command only chooses the participants and
 then writes, per kit: `local/resources.json` (exact class allow-list in enforce mode; the warm job launcher of
-`fl_contract.job_launcher`; sites: the site guard; server: job and snapshot storage inside the federation's
+`fl_runtime.job_launcher`; sites: the site guard; server: job and snapshot storage inside the federation's
 workspace), `local/authorization.json` (no role has the byoc right) and, at sites, the default privacy policy
 `local/site_policy.json`. Everything it writes, private keys included (the root CA's is in
 `<workspace>/<project>/state/cert.json`), is left readable by its owner only.
@@ -123,7 +123,7 @@ def _write_json(path: Path, content: dict[str, Any]) -> None:
 
 
 def _job_launcher(resources: dict[str, Any], launcher: str, classes: list[str]) -> None:
-    """FLARE's `process_launcher` component replaced by the warm launcher (fl_contract.job_launcher)."""
+    """FLARE's `process_launcher` component replaced by the warm launcher (fl_runtime.job_launcher)."""
     resources["components"] = [job_launcher_component(launcher, classes) if c.get("id") == "process_launcher" else c
                                for c in resources["components"]]
 

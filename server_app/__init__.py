@@ -1,5 +1,5 @@
 """Server-side controllers and aggregation. Sees only what sites chose to send; never reads patient data."""
 
-from fl_contract import process_exit
+from fl_runtime import process_exit
 
-process_exit.install()  # FLARE waits for a job process to exit: see fl_contract/process_exit.py
+process_exit.install()  # FLARE waits for a job process to exit: see fl_runtime/process_exit.py

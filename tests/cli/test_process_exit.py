@@ -1,4 +1,4 @@
-"""The quick exit (fl_contract/process_exit.py) keeps what a normal exit guarantees: garbage in reference cycles is
+"""The quick exit (fl_runtime/process_exit.py) keeps what a normal exit guarantees: garbage in reference cycles is
 still finalised (a buffered file in a cycle is flushed and closed), the other exit handlers still run, and the
 frozen objects are not collected, so nothing the process built is torn down half-way."""
 
@@ -34,7 +34,7 @@ def test_quick_exit_still_finalises_cyclic_garbage_and_runs_the_other_handlers(t
 
 
 def test_the_exit_handler_is_installed_once_by_both_sides_and_again_by_hand():
-    program = ("import atexit, gc, fl_contract.process_exit as q, site_agent, server_app; q.install(); "
+    program = ("import atexit, gc, fl_runtime.process_exit as q, site_agent, server_app; q.install(); "
                "freeze, calls = gc.freeze, []; gc.freeze = lambda: calls.append(1) or freeze(); "
                "atexit._run_exitfuncs(); print(len(calls), gc.get_freeze_count() > 0)")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=120)

@@ -91,7 +91,7 @@ def _copy_job(job_dir: Path, dest: Path) -> Path:
 def test_fedavg_job_reproduces_reference_weights(fedavg_run, running_federation):
     """The default FedAvg job's run on the shared federation (tests/conftest.py; the site-control tests read what
     the sites kept of the same run), its job processes at the server and every site forked from the kits' warm
-    processes (fl_contract.job_launcher)."""
+    processes (fl_runtime.job_launcher)."""
     outcome = fedavg_run.outcome
     federation = running_federation.federation
 

@@ -42,7 +42,7 @@ def test_every_kit_launches_jobs_from_a_warm_process_that_imports_its_sides_modu
         resources = json.loads((federation.kit(kit) / "local" / "resources.json").read_text())
         [component] = [c for c in resources["components"] if c["id"] == "process_launcher"]
 
-        assert component["path"] == f"fl_contract.job_launcher.{launcher}"
+        assert component["path"] == f"fl_runtime.job_launcher.{launcher}"
         assert set(component["args"]["preload"]) == {path.rpartition(".")[0] for path in classes}
         assert all(importlib.util.find_spec(module) for module in component["args"]["preload"])
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("fl_contract", "site_agent", "server_app", "reports", "jobs", "provisioning", "federation_tools")
+PACKAGES = tuple(pattern.rstrip("*") for pattern in  # every package pyproject.toml distributes
+           tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"])
 
 
 @pytest.fixture(scope="module")

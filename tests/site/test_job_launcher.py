@@ -1,4 +1,4 @@
-"""The kits' warm job launcher (fl_contract.job_launcher) with real processes: a job forked from the warm process runs
+"""The kits' warm job launcher (fl_runtime.job_launcher) with real processes: a job forked from the warm process runs
 FLARE's command line as `__main__` with the job's environment, in a session of its own, with the modules imported
 ahead; FLARE's return-code mapping, poll, wait and terminate hold; jobs one after another and at once fork from the
 one warm process; a dead warm process, a changed environment or a job with a custom folder gets FLARE's own launch,
@@ -25,8 +25,8 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.apis.job_launcher_spec import JobProcessArgs, JobReturnCode
 from nvflare.apis.workspace import Workspace
 
-from fl_contract.job_launcher import WarmClientJobLauncher, job_modules
-from fl_contract.warm_job import READY
+from fl_runtime.job_launcher import WarmClientJobLauncher, job_modules
+from fl_runtime.warm_job import READY
 
 WORKER = """
 import json, os, sys, time

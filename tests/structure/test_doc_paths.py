@@ -27,11 +27,13 @@ import io
 import re
 import subprocess
 import tokenize
+import tomllib
 from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("fl_contract", "site_agent", "server_app", "reports", "jobs", "provisioning", "federation_tools")
+PACKAGES = tuple(pattern.rstrip("*") for pattern in  # every package pyproject.toml distributes
+           tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"])
 SOURCE_EXTENSIONS = (".py", ".md", ".sh", ".toml", ".yml")
 DATA_EXTENSIONS = {"json", "yml", "yaml", "csv", "txt", "log", "npz", "png", "md", "py", "toml", "safetensors", "pt",
                    "nii", "gz", "dcm", "sh", "key", "crt", "pem", "whl"}

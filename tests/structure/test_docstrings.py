@@ -4,10 +4,12 @@ docstring (read with ast, so nested functions and methods count too). Short ones
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("fl_contract", "site_agent", "server_app", "reports", "jobs", "provisioning", "federation_tools")
+PRODUCT = tuple(pattern.rstrip("*") for pattern in  # every package pyproject.toml distributes
+          tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"])
 MAX_UNDOCUMENTED_LINES = 20
 
 

@@ -1,9 +1,10 @@
-"""DESIGN: the packages form layers and every import points down. fl_contract is the ground (what sites and
-server agree on); site_agent and server_app stand on it side by side and never import each other (the trust
-boundary: the server sees only what sites send); reports renders a downloaded results.json (pages, plots: nothing a
-kit's processes run); jobs declares the job kinds over both; provisioning writes kits
-from the job registry; federation_tools (fl-job, fl-demo, the simulator runner, the loopback launcher) sits on
-top. Imports inside functions and under TYPE_CHECKING count too: they run, or type-check, against that layer."""
+"""DESIGN: the packages form layers and every import points down. fl_runtime is the ground (the process machinery
+both kits run: the warm job launcher); fl_contract stands on it (what sites and server agree on); site_agent and
+server_app stand on that side by side and never import each other (the trust boundary: the server sees only what
+sites send); reports renders a downloaded results.json (pages, plots: nothing a kit's processes run); jobs declares
+the job kinds over both; provisioning writes kits from the job registry; federation_tools (fl-job, fl-demo, the
+simulator runner, the loopback launcher) sits on top. Imports inside functions and under TYPE_CHECKING count too:
+they run, or type-check, against that layer."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = (("fl_contract",), ("site_agent", "server_app"), ("reports",), ("jobs",), ("provisioning",),
+LAYERS = (("fl_runtime",), ("fl_contract",), ("site_agent", "server_app"), ("reports",), ("jobs",), ("provisioning",),
           ("federation_tools",))
 LAYER_OF = {package: level for level, layer in enumerate(LAYERS) for package in layer}
 

@@ -6,7 +6,7 @@ FLARE starts every job in a new `python -m <worker module> ...` (client: `worker
 the first task (bench/README.md, job start-up), and the imports were most of the test suite's CPU. `fl-provision`
 puts these launchers in every kit in place of FLARE's `process_launcher` (`--flare-job-launcher` keeps FLARE's).
 
-Each FLARE parent (a site's client, the server) keeps one warm process (`fl_contract.warm_job`, a fork server), its
+Each FLARE parent (a site's client, the server) keeps one warm process (`fl_runtime.warm_job`, a fork server), its
 own child in a session of its own, started from FLARE's parent the way FLARE starts a job process (fork and exec of
 `sys.executable`, never a fork of the multi-threaded parent). A launch sends it the job's command line, environment,
 working folder and the kit modules the job names; it forks a child that runs FLARE's worker module itself, in a
@@ -54,9 +54,9 @@ from nvflare.utils.job_launcher_utils import (
 )
 from nvflare.utils.process_utils import ProcessAdapter
 
-from fl_contract.warm_job import Channel
+from fl_runtime.warm_job import Channel
 
-WARM_MODULE = "fl_contract.warm_job"
+WARM_MODULE = "fl_runtime.warm_job"
 CLIENT_WORKER = "nvflare.private.fed.app.client.worker_process"
 SERVER_WORKER = "nvflare.private.fed.app.server.runner_process"
 PYTHONPATH = "PYTHONPATH"

@@ -1,6 +1,6 @@
 """The warm job process: a fork server that imports torch, MONAI, FLARE's job-process modules and our task modules
-once, then forks each job's process from itself (`python -m fl_contract.warm_job --fd N`, started by
-`fl_contract.job_launcher`), so no job process imports them again.
+once, then forks each job's process from itself (`python -m fl_runtime.warm_job --fd N`, started by
+`fl_runtime.job_launcher`), so no job process imports them again.
 
 It talks JSON lines on the socket it inherits as fd N. The launcher sends first the modules to import ahead, then,
 for each job FLARE launches, the job's command line (FLARE's `python -m <worker module> ...`), environment, working
