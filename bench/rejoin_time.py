@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from federation_tools.admin import follow_job
 from federation_tools.loopback import LoopbackFederation, free_port
 from fl_contract.params import JobParams
-from jobs.admin import follow_job
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND as LINEAR
 from jobs.fedavg_linear.spec import FedAvgLinearParams

@@ -29,9 +29,9 @@ import zipfile
 from datetime import datetime
 from pathlib import Path
 
+from federation_tools.admin import submit_and_wait
 from federation_tools.loopback import LoopbackFederation, free_port
 from fl_runtime.warm_job import READY
-from jobs.admin import submit_and_wait
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND as LINEAR
 from jobs.fedavg_linear.spec import FedAvgLinearParams

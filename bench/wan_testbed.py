@@ -44,10 +44,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from federation_tools.admin import follow_job
 from federation_tools.loopback import LoopbackFederation, free_port
 from federation_tools.wan import LINK_KINDS, EmulatedLink, namespaces_unavailable
 from fl_contract.params import JobParams
-from jobs.admin import follow_job
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND as LINEAR
 from jobs.fedavg_linear.spec import FedAvgLinearParams

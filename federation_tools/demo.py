@@ -14,12 +14,13 @@ import sys
 import time
 from pathlib import Path
 
+from federation_tools import demos
+from federation_tools.admin import JobOutcome, submit_and_wait
+from federation_tools.demo_job import DemoJob
 from federation_tools.loopback import LoopbackFederation, free_port
 from fl_contract.job_params import HeldModelParams
-from jobs.admin import JobOutcome, submit_and_wait
 from jobs.common import build_job, export
-from jobs.demo_job import DemoJob
-from jobs.registry import job_kind, kinds
+from jobs.registry import job_kind
 from provisioning.provision import customise, load_template, provision
 from server_app.server_config import write_server_config
 from site_agent.preflight import FAIL, format_table, run_checks
@@ -30,12 +31,10 @@ SITES = ["site-1", "site-2", "site-3"]
 
 
 def demo_jobs() -> dict[str, DemoJob]:
-    """Every registered job kind's demo entries, by demo name; those scoring another's model after the others."""
+    """Every demo entry (federation_tools.demos), by demo name; those scoring another's model after the others."""
     entries: dict[str, DemoJob] = {}
-    for kind in kinds().values():
-        if kind.demo:
-            module, _, attribute = kind.demo.partition(":")
-            entries.update((d.name, d) for d in getattr(importlib.import_module(module), attribute))
+    for module in demos.MODULES:
+        entries.update((d.name, d) for d in importlib.import_module(f"{demos.__name__}.{module}").DEMOS)
     return dict(sorted(entries.items(), key=lambda entry: entry[1].model_from is not None))
 
 

@@ -19,7 +19,7 @@ from jobs.cli_options import add_parameter_options, params_from_args
 from jobs.registry import job_kind, kinds
 
 if TYPE_CHECKING:
-    from jobs.admin import JobOutcome
+    from federation_tools.admin import JobOutcome
 
 
 def _build(args: argparse.Namespace, out_dir: Path) -> Path:
@@ -50,7 +50,7 @@ def _submit(args: argparse.Namespace) -> int:
     timeout becomes one line saying where the server's address is configured, not a traceback."""
     from nvflare.fuel.flare_api.flare_api import new_secure_session
 
-    from jobs.admin import submit_and_wait
+    from federation_tools.admin import submit_and_wait
 
     kit = Path(args.admin_kit).resolve()
     with tempfile.TemporaryDirectory() as tmp:

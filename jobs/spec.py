@@ -1,7 +1,7 @@
 """A job kind, declared once: its parameters, the classes it runs at sites and on the server, its dataset keys.
 
 Everything an admin or the lead meets is derived from these declarations: `fl-job` options and `--help`, the
-exported job folder, the class allow-lists `fl-provision` writes into every kit, the demo list and the parameter
+exported job folder, the class allow-lists `fl-provision` writes into every kit and the parameter
 tables in docs/. A parameter is one dataclass field (type, default, help, allowed values); nothing else repeats it.
 
 Spec modules import no torch, MONAI or diffusers (classes are named by import path), so the command line stays fast.
@@ -51,8 +51,8 @@ class JobKind(Generic[P]):
     `site_classes` / `server_classes` list every further class its jobs may instantiate (FLARE's TensorBoard writer,
     ...) so the provisioned allow-lists admit exactly what the job kinds use. `dataset_keys` names the parameters
     whose values are keys sites map to local folders in their `site_agent.json`. `resumable`: its workflow
-    checkpoints every round, so the server resumes it after a restart. `demo` is "module:attribute" of the kind's
-    demo entries (a list of DemoJob).
+    checkpoints every round, so the server resumes it after a restart. (Its demo, if any, is a tool:
+    federation_tools.demos.)
     """
 
     name: str
@@ -66,7 +66,6 @@ class JobKind(Generic[P]):
     server_classes: tuple[str, ...] = ()
     job_name: Callable[[P], str] | None = None
     resumable: bool = True
-    demo: str | None = None
     guide: str = ""
 
     def name_for(self, params: P) -> str:

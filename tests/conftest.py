@@ -16,8 +16,8 @@ import pytest
 import torch
 from support import ADMIN, provision_demo_federation, require
 
+from federation_tools.admin import JobOutcome, follow_job, submit_and_wait
 from federation_tools.loopback import LoopbackFederation
-from jobs.admin import JobOutcome, follow_job, submit_and_wait
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from jobs.segmentation.spec import CPU_DEMO, SegmentationParams

@@ -22,7 +22,6 @@ KIND = JobKind(
     dataset_keys=("dataset",),
     resumable=False,  # one task: resubmit it
     guide="docs/segmentation.md",
-    demo="jobs.evaluation.demo:DEMOS",
 )
 
 __all__ = ["KIND", "EvaluationParams"]

@@ -15,7 +15,6 @@ KIND = JobKind(
     controller="server_app.fedavg.FedAvgController",
     site_task="site_agent.tasks.fedavg_linear.LinearRegressionTask",
     dataset_keys=("dataset",),
-    demo="jobs.fedavg_linear.demo:DEMOS",
 )
 
 __all__ = ["KIND", "FedAvgLinearParams"]

@@ -19,7 +19,6 @@ KIND = JobKind(
     site_task="site_agent.tasks.fedkt_csd.FedKTCSDTask",
     dataset_keys=("dataset", "autoencoder", "reviewed_statistics"),
     resumable=False,  # one-shot: its key exchange and masks cannot outlive the run
-    demo="jobs.fedkt_csd.demo:DEMOS",
     guide="docs/fedkt-csd.md",
 )
 

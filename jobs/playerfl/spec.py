@@ -28,7 +28,6 @@ KIND = JobKind(
     site_classes=tracking.SITE_CLASSES,
     server_classes=tracking.SERVER_CLASSES,
     job_name=lambda p: f"playerfl-{p.method.replace('_', '-')}",
-    demo="jobs.playerfl.demo:DEMOS",
     guide="docs/playerfl.md",
 )
 

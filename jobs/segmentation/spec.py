@@ -36,7 +36,6 @@ KIND = JobKind(
     dataset_keys=("dataset",),
     site_classes=tracking.SITE_CLASSES,
     server_classes=tracking.SERVER_CLASSES,
-    demo="jobs.segmentation.demo:DEMOS",
     guide="docs/segmentation.md",
 )
 

@@ -23,7 +23,7 @@ from nvflare.apis.fl_exception import FLCommunicationError
 from nvflare.fuel.flare_api.flare_api import new_secure_session
 from support import ADMIN, SITES, connected_sites, wait_until
 
-from jobs.admin import follow_job
+from federation_tools.admin import follow_job
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.provision import Federation, customise, provision

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from support import ADMIN, FEDAVG_REFERENCE, SITES, connected_sites, distributed_demo_federation, wait_until
 
+from federation_tools.admin import follow_job, submit_and_wait
 from federation_tools.loopback import LoopbackFederation
-from jobs.admin import follow_job, submit_and_wait
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.cli import main as fl_provision

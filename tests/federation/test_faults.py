@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from support import ADMIN, SITES, abort_running, provision_demo_federation, submit, wait_for_rounds, wait_until
 
+from federation_tools.admin import JobOutcome, follow_job
 from federation_tools.loopback import LoopbackFederation
-from jobs.admin import JobOutcome, follow_job
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.provision import Federation
@@ -227,7 +227,7 @@ def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_f
     restarts = int(os.environ.get("SERVER_RESTARTS", "3"))
     rounds = 4 + 3 * restarts
     job_dir = export(build_job(KIND, FedAvgLinearParams(num_rounds=rounds)), tmp_path)
-    said: list[str] = []  # what `fl-job submit` prints, following the job through jobs.admin across the restart
+    said: list[str] = []  # what `fl-job submit` prints, following the job (federation_tools.admin) across the restart
     session = loopback.session(ADMIN)
     try:
         job_id = submit(session, job_dir)

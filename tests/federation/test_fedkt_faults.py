@@ -18,12 +18,12 @@ import pytest
 import torch
 from support import ADMIN, abort_running, in_the_clear, submit, wait_for_rounds, wait_for_server_log
 
+from federation_tools.admin import follow_job
 from federation_tools.loopback import LoopbackFederation, free_port
 from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.fedkt_csd.wire import from_ring
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
 from fl_contract.ring import RING_DTYPE
-from jobs.admin import follow_job
 from jobs.common import build_job, export
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
 from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, SegmentationParams

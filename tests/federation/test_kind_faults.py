@@ -14,21 +14,21 @@ import pytest
 import torch
 from support import ADMIN, SITES, abort_running, provision_demo_federation, submit, wait_for_rounds, wait_for_server_log
 
+from federation_tools.admin import follow_job
+from federation_tools.demo_data import isic_demo_site
+from federation_tools.demos.playerfl import DEMO_JOB_ARGS
 from federation_tools.loopback import LoopbackFederation
 from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.models import build_model
 from fl_contract.params import JobParams
 from fl_contract.segmentation import MODEL
-from jobs.admin import follow_job
 from jobs.common import build_job, export
-from jobs.demo_data import isic_demo_site
 from jobs.evaluation.spec import KIND as EVALUATION_KIND
 from jobs.evaluation.spec import EvaluationParams
 from jobs.inference.spec import KIND as INFERENCE_KIND
 from jobs.inference.spec import InferenceParams
 from jobs.isic_evaluation.spec import KIND as ISIC_EVALUATION_KIND
 from jobs.isic_evaluation.spec import IsicEvaluationParams
-from jobs.playerfl.demo import DEMO_JOB_ARGS
 from jobs.playerfl.spec import KIND as PLAYERFL
 from jobs.playerfl.spec import PLayerFLParams
 from jobs.segmentation.spec import CPU_DEMO, SegmentationParams

@@ -24,10 +24,10 @@ from contextlib import ExitStack
 import pytest
 from support import ADMIN, SITES, connected_sites, provision_demo_federation, submit, wait_for_rounds, wait_until
 
+from federation_tools.admin import follow_job
 from federation_tools.job_cli import main as fl_job
 from federation_tools.loopback import LoopbackFederation
 from federation_tools.wan import EmulatedLink, namespaces_unavailable
-from jobs.admin import follow_job
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.policy import SERVER_HEARTBEAT_TIMEOUT_S

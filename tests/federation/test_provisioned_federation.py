@@ -16,9 +16,9 @@ import pytest
 from PIL import Image
 from support import ADMIN, FEDAVG_REFERENCE, SITES, SUPER_ADMIN, free_port, screenshot
 
+from federation_tools.admin import submit_and_wait
 from fl_contract.params import params_to_json
 from fl_contract.segmentation import INFERENCE_KEYS
-from jobs.admin import submit_and_wait
 from jobs.common import build_job, export
 from jobs.evaluation.spec import KIND as EVALUATION
 from jobs.evaluation.spec import EvaluationParams

@@ -17,9 +17,9 @@ import psutil
 import pytest
 from support import ADMIN, SITES, provision_demo_federation
 
+from federation_tools.admin import submit_and_wait
 from federation_tools.loopback import LoopbackFederation, free_port
 from federation_tools.wan import EmulatedLink, namespaces_unavailable
-from jobs.admin import submit_and_wait
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from site_agent.cli import main as site_agent

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support import ADMIN, SUPER_ADMIN
 
-from jobs.admin import submit_and_wait
+from federation_tools.admin import submit_and_wait
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND as FEDAVG_LINEAR
 from jobs.fedavg_linear.spec import FedAvgLinearParams

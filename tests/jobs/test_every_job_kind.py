@@ -109,4 +109,4 @@ class _ThrowawayParams(FedAvgLinearParams):
 
 def _throwaway_kind() -> JobKind[_ThrowawayParams]:
     return dataclasses.replace(FEDAVG_LINEAR, name="throwaway", summary="a job kind that exists only in this test",
-                               params=_ThrowawayParams, demo=None)
+                               params=_ThrowawayParams)

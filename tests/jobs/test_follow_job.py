@@ -16,7 +16,7 @@ from nvflare.fuel.flare_api.flare_api import Session
 from nvflare.fuel.hci.client.api import ResultKey
 from nvflare.fuel.hci.proto import MetaKey
 
-from jobs.admin import DEPLOY_DETAIL_WAIT_S, follow_job
+from federation_tools.admin import DEPLOY_DETAIL_WAIT_S, follow_job
 
 JOB = "4c1f5e2a-0b7d-4c55-9a3e-2f6d1e8b9c01"
 REFUSED = ["server: OK", "site-1: this site requires client-side DP on the weights it sends"]

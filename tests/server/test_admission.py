@@ -12,7 +12,7 @@ import os
 import pytest
 from support import ADMIN
 
-from jobs.admin import waiting_reason
+from federation_tools.admin import waiting_reason
 from provisioning.policy import SCHEDULE_INTERVAL_S, SCHEDULE_TRIES
 from provisioning.provision import Federation, customise, load_template, provision, running_server_hint
 from server_app.admission import (

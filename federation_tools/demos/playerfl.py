@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from jobs.admin import JobOutcome
-from jobs.demo_data import isic_demo_site
-from jobs.demo_job import DemoJob
+from federation_tools.admin import JobOutcome
+from federation_tools.demo_data import isic_demo_site
+from federation_tools.demo_job import DemoJob
 from jobs.playerfl.spec import KIND, PLayerFLParams
 from server_app.results import RESULTS_FILE
 

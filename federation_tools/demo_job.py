@@ -1,6 +1,6 @@
 """One job of `fl-demo`: how each site makes its data, which parameters the admin submits, what to print at the end.
 
-Each job kind's spec names its demo module (`JobKind.demo`), which lists its DemoJob entries.
+Each module of federation_tools.demos lists a job kind's DemoJob entries (`DEMOS`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from fl_contract.params import JobParams
 
 if TYPE_CHECKING:
-    from jobs.admin import JobOutcome
+    from federation_tools.admin import JobOutcome
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jobs.admin import JobOutcome
-from jobs.demo_job import DemoJob
+from federation_tools.admin import JobOutcome
+from federation_tools.demo_job import DemoJob
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from server_app.results import RESULTS_FILE
 from site_agent.data.linear_demo import write_linear_site

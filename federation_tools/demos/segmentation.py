@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jobs.admin import JobOutcome
-from jobs.demo_job import DemoJob
+from federation_tools.admin import JobOutcome
+from federation_tools.demo_job import DemoJob
 from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, KIND, SegmentationParams
 from reports.segmentation import markdown
 from server_app.results import RESULTS_FILE

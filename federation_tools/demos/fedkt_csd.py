@@ -13,10 +13,10 @@ import os
 import shutil
 from pathlib import Path
 
+from federation_tools.admin import JobOutcome
+from federation_tools.demo_data import isic_demo_site
+from federation_tools.demo_job import DemoJob
 from fl_contract.models.dcae import load_autoencoder
-from jobs.admin import JobOutcome
-from jobs.demo_data import isic_demo_site
-from jobs.demo_job import DemoJob
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
 from site_agent.fedkt_csd.demo_autoencoder import describe_quality, read_quality, train_demo_autoencoder
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jobs.admin import JobOutcome
-from jobs.demo_job import DemoJob
+from federation_tools.admin import JobOutcome
+from federation_tools.demo_job import DemoJob
 from jobs.evaluation.spec import KIND, EvaluationParams
 from jobs.segmentation.spec import CPU_DEMO
 from reports.evaluation import evaluation_text, summary
