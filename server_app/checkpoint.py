@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from server_app.aggregation import Params
+from server_app.aggregation import Weights
 
 CHECKPOINT_FOLDER = "checkpoints"
 STATE_FILE = "state.json"
@@ -94,7 +94,7 @@ class Resumed:
 
     completed_rounds: int
     state: dict[str, Any]
-    params: dict[str, Params]
+    params: dict[str, Weights]
 
 
 class RunCheckpoint:
@@ -129,7 +129,7 @@ class RunCheckpoint:
                 params[name] = {k: arrays[k] for k in arrays.files}
         return Resumed(int(record["completed_rounds"]), dict(record["state"]), params)
 
-    def save(self, completed_rounds: int, state: Mapping[str, Any], params: Mapping[str, Params]) -> None:
+    def save(self, completed_rounds: int, state: Mapping[str, Any], params: Mapping[str, Weights]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         for name, values in params.items():
             tmp = self.folder / f"{name}.tmp.npz"

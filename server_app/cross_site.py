@@ -34,17 +34,17 @@ from fl_contract.segmentation import (
     metric_key,
 )
 from fl_contract.weights_encoding import WeightsEncodingError, decode_update
-from server_app.aggregation import Params, SiteUpdate, UpdateRejected, check_update, scalar_metrics, site_name
+from server_app.aggregation import SiteUpdate, UpdateRejected, Weights, check_update, scalar_metrics, site_name
 
-Send = Callable[[str, Params, dict[str, Any]], list[FLModel]]
+Send = Callable[[str, Weights, dict[str, Any]], list[FLModel]]
 """The workflow's broadcast: task name, model (before the job's weights encoding), meta -> the sites' answers."""
 
 
 
-def local_models(send: Send, global_params: Params, encoding: str) -> tuple[dict[str, Params], dict[str, str]]:
+def local_models(send: Send, global_params: Weights, encoding: str) -> tuple[dict[str, Weights], dict[str, str]]:
     """Each site's final local model that its policy let leave, checked like a round's update, and why the others
     are absent (the site's words, or the check's)."""
-    models: dict[str, Params] = {}
+    models: dict[str, Weights] = {}
     withheld: dict[str, str] = {}
     for result in sorted(send(LOCAL_MODEL_TASK, global_params, {}), key=site_name):
         site = site_name(result)
@@ -61,7 +61,7 @@ def local_models(send: Send, global_params: Params, encoding: str) -> tuple[dict
     return models, withheld
 
 
-def score_models(send: Send, models: dict[str, Params], split: str,
+def score_models(send: Send, models: dict[str, Weights], split: str,
                  stop: Callable[[], bool]) -> dict[str, dict[str, dict[str, float]]]:
     """{site: {model: the site's metrics on `split`}}: every model scored at every site that answers."""
     matrix: dict[str, dict[str, dict[str, float]]] = {}
@@ -99,13 +99,13 @@ def personalised_against_global(personalised: dict[str, dict[str, float]], globa
     return {**record, "global_model": global_model}
 
 
-def cross_site_evaluation(send: Send, global_model: Params, final_params: Params, encoding: str, split: str,
+def cross_site_evaluation(send: Send, global_model: Weights, final_params: Weights, encoding: str, split: str,
                           local_refusal: str, all_sites: list[str], stop: Callable[[], bool]) -> dict[str, Any]:
     """The whole evaluation: the local models (unless the job forbids them all), then every model at every site.
     `global_model` is the model scored as "global" (the selected one); `final_params` the last global model, which
     the sites trained from in the last round (a float16 answer is a difference from it)."""
     if local_refusal:
-        models: dict[str, Params] = {GLOBAL_MODEL: global_model}
+        models: dict[str, Weights] = {GLOBAL_MODEL: global_model}
         withheld = {site: local_refusal for site in sorted(all_sites)}
     else:
         locals_, withheld = local_models(send, final_params, encoding)

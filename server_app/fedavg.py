@@ -20,6 +20,7 @@ from fl_contract.params import JobParams, params_to_json
 from server_app.aggregation import (
     RoundIntake,
     UpdateCheck,
+    Weights,
     aggregate,
     matching,
     missing_sites,
@@ -30,7 +31,7 @@ from server_app.checkpoint import Resumed
 from server_app.cross_site import cross_site_evaluation
 from server_app.results import BEST_MODEL_FILE
 from server_app.round_workflow import RoundWorkflow
-from server_app.selection import BestModel, Params, site_weighted_mean
+from server_app.selection import BestModel, site_weighted_mean
 from server_app.site_watch import LATE_SITE_WAIT_S
 
 SMALL_MODEL_PARAMETERS = 64  # models up to this size have their weights written into results.json every round
@@ -56,7 +57,7 @@ class FedAvgController(RoundWorkflow):
         self.selection_metric, self.selection_weight, self.test_metric, self.test_weight = self.job.selection()
 
     def setup(self) -> None:
-        self.global_params: Params = state_dict_to_numpy(build_model(self.model, **self.model_args))
+        self.global_params: Weights = state_dict_to_numpy(build_model(self.model, **self.model_args))
         self.record_weights = sum(v.size for v in self.global_params.values()) <= SMALL_MODEL_PARAMETERS
         self.best = BestModel(self.selection_metric, self.selection_weight) if self.selection_metric else None
 
@@ -80,7 +81,7 @@ class FedAvgController(RoundWorkflow):
         how = "their masked sum (secure aggregation)" if intake.masked is not None else self.job.aggregation
         self.info(f"round {round_index + 1}: aggregated {len(intake.contributors)} updates with {how}")
 
-    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, Params]]:
+    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, Weights]]:
         best = self.best
         params = {"global": self.global_params, **({"best": best.params} if best is not None else {})}
         return {"best": best.summary() if best is not None else None}, params
@@ -90,7 +91,7 @@ class FedAvgController(RoundWorkflow):
         if self.best is not None and resumed.state.get("best"):
             self.best.restore(resumed.state["best"], resumed.params["best"])
 
-    def model_to_save(self) -> Params:
+    def model_to_save(self) -> Weights:
         return self.global_params
 
     def finish_run(self) -> bool:
@@ -119,10 +120,10 @@ class FedAvgController(RoundWorkflow):
         self.recorder.finish("finished")
         return True
 
-    def _send_after_rounds(self, task_name: str, params: Params, meta: dict[str, Any]) -> list[FLModel]:
+    def _send_after_rounds(self, task_name: str, params: Weights, meta: dict[str, Any]) -> list[FLModel]:
         return self._broadcast(task_name, params, self.job.num_rounds, meta)
 
-    def _broadcast(self, task_name: str, params: Params, round_index: int,
+    def _broadcast(self, task_name: str, params: Weights, round_index: int,
                    meta: dict[str, Any] | None = None) -> list[FLModel]:
         """Send `params` (in the job's weights encoding) to every site; wait for all, or for `late_site_wait_s`
         after `min_clients` answered."""

@@ -23,12 +23,12 @@ import torch
 
 from fl_contract.job_params import HeldModelParams
 from fl_contract.models import build_model, load_numpy_params
+from server_app.aggregation import Weights
 from server_app.results import RESULTS_FILE
-from server_app.selection import Params
 from server_app.server_config import CONFIG_FILE, ServerConfig
 
 
-def held_model(local_dir: Path, job: HeldModelParams) -> tuple[Params, dict[str, Any]]:
+def held_model(local_dir: Path, job: HeldModelParams) -> tuple[Weights, dict[str, Any]]:
     """The model's weights and its provenance (path, sha256, what the job says it was made with, and the run that
     made it when its results.json is beside it); ValueError or OSError naming the file and what to fix."""
     folder = ServerConfig.load(Path(local_dir) / CONFIG_FILE).model_dir(job.model)

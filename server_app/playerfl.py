@@ -19,11 +19,11 @@ from fl_contract.playerfl import protocol
 from fl_contract.playerfl.layers import Layer, model_layers, prefix_keys
 from fl_contract.playerfl.methods import get_method
 from server_app.aggregation import (
-    Params,
     RoundIntake,
     SiteUpdate,
     UpdateCheck,
     UpdateRejected,
+    Weights,
     aggregate,
     check_sample_count,
     check_update,
@@ -64,7 +64,7 @@ class PLayerFLController(RoundWorkflow):
         net = build_model(self.job.model, **self.model_args)
         self.layers = model_layers(net)
         state = net.state_dict()
-        self.global_params: Params = {k: state[k].numpy().copy() for layer in self.layers for k in layer.keys}
+        self.global_params: Weights = {k: state[k].numpy().copy() for layer in self.layers for k in layer.keys}
         self.shared = self._contract.initial_shared_layers(len(self.layers))
         self.up_front: dict[str, Any] | None = None
 
@@ -112,13 +112,13 @@ class PLayerFLController(RoundWorkflow):
             return None
         return lambda site, meta: check_curve(site, meta.get(protocol.SENSITIVITY), self.layers, masked=True)
 
-    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, Params]]:
+    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, Weights]]:
         return {"shared": self.shared}, {"global": self.global_params}
 
     def restore(self, resumed: Resumed) -> None:
         self.shared, self.global_params = int(resumed.state["shared"]), resumed.params["global"]
 
-    def model_to_save(self) -> Params:
+    def model_to_save(self) -> Weights:
         return {k: self.global_params[k] for k in prefix_keys(self.layers, self.shared)}
 
     def finish_run(self) -> bool:
@@ -162,7 +162,7 @@ class PLayerFLController(RoundWorkflow):
         (a site's size leaves it only masked, and results.json never holds one per site)."""
         return {} if self.masked else {WEIGHT: int(reported_samples(result))}
 
-    def _send(self, task: str, global_params: Params, layers: list[Layer], shared: int,
+    def _send(self, task: str, global_params: Weights, layers: list[Layer], shared: int,
               round_index: int) -> list[FLModel]:
         """Send the first `shared` layers' global values (in the job's weights encoding) with the method's name to
         every site; wait for all."""
@@ -174,7 +174,7 @@ class PLayerFLController(RoundWorkflow):
         results: list[FLModel] = self.send_model_and_wait(task_name=task, data=message)
         return results
 
-    def _check(self, global_params: Params, layers: list[Layer], shared: int, round_index: int) -> UpdateCheck:
+    def _check(self, global_params: Weights, layers: list[Layer], shared: int, round_index: int) -> UpdateCheck:
         """This round's rule for an update: the shared layers as the method sends them, and a curve when due."""
         partial, wants_curve = self._contract.partial_upload, self._contract.sends_sensitivity(round_index)
 
@@ -197,7 +197,7 @@ class PLayerFLController(RoundWorkflow):
                 "layers": [layer.name for layer in self.layers]}
 
 
-def check_layers(update: SiteUpdate, global_params: Params, shared: list[Layer], partial: bool) -> None:
+def check_layers(update: SiteUpdate, global_params: Weights, shared: list[Layer], partial: bool) -> None:
     """The update must hold exactly the shared layers' entries (with `partial`, whole layers among them), valid."""
     allowed = {k for layer in shared for k in layer.keys}
     extra = sorted(set(update.params) - allowed)
@@ -233,10 +233,10 @@ def check_curve(site: str, curve: object, layers: list[Layer], masked: bool = Fa
                                    "not a positive integer")
 
 
-def aggregate_layers(updates: list[SiteUpdate], layers: list[Layer], global_params: Params) -> Params:
+def aggregate_layers(updates: list[SiteUpdate], layers: list[Layer], global_params: Weights) -> Weights:
     """Sample-weighted mean per layer over the sites that sent it, in the order given (the intake's site-name order);
     a layer no site sent keeps its global value."""
-    result: Params = {}
+    result: Weights = {}
     for layer in layers:
         senders = [SiteUpdate(u.site, {k: u.params[k] for k in layer.keys}, u.num_samples)
                    for u in updates if layer.keys[0] in u.params]

@@ -40,9 +40,9 @@ from fl_contract.masked_weights import GROUPS, SecureWeightsParams, WeightGroups
 from fl_contract.secure_aggregation import SecureAggregationError
 from fl_contract.weights_encoding import encode_model, encoding_of
 from server_app.aggregation import (
-    Params,
     RoundIntake,
     UpdateCheck,
+    Weights,
     encoded_updates,
     site_name,
     site_outcomes,
@@ -64,7 +64,7 @@ class RoundWorkflow(SiteAwareController):
     from the job's JSON) in their constructor and implement the hooks."""
 
     job: RoundJob
-    sent_params: Params  # the global values the last training task sent (float32, before `wire`)
+    sent_params: Weights  # the global values the last training task sent (float32, before `wire`)
     _session: str  # masked rounds: this send's secure-aggregation session
     _sends: Iterator[int]  # every send of a round opens a new session
     _round_index: int  # the round being sent
@@ -174,12 +174,12 @@ class RoundWorkflow(SiteAwareController):
         """The dtype weights cross the wire in (the job's `weights_encoding`, fl_contract.weights_encoding)."""
         return encoding_of(self.job)
 
-    def wire(self, params: Params) -> Params:
+    def wire(self, params: Weights) -> Weights:
         """A model as it goes to the sites: in the job's `weights_encoding` (float16 halves its bytes; the global
         model itself stays float32, and with float16 the sites answer with differences from `sent_params`)."""
         return encode_model(params, self.weights_encoding)
 
-    def secure_meta(self, params: Params) -> dict[str, Any]:
+    def secure_meta(self, params: Weights) -> dict[str, Any]:
         """What the training task carries besides `params` (the global values it sends, kept as `sent_params`:
         what a float16 difference is added to and the masked vector's layout): with `secure_aggregation`, this
         send's session and the groups of the masked vector; otherwise nothing."""
@@ -254,7 +254,7 @@ class RoundWorkflow(SiteAwareController):
         """Combine the round's valid updates into the global state; add the kind's fields to `entry`."""
 
     @abstractmethod
-    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, Params]]:
+    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, Weights]]:
         """What a resume needs beyond the rounds: JSON state and named parameter sets."""
 
     @abstractmethod
@@ -262,7 +262,7 @@ class RoundWorkflow(SiteAwareController):
         """Take back what `checkpoint_state` saved."""
 
     @abstractmethod
-    def model_to_save(self) -> Params:
+    def model_to_save(self) -> Weights:
         """The model a stopped or failed run keeps as global_model.pt."""
 
     def secure_groups(self) -> list[list[str]]:

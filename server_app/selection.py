@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-Params = dict[str, np.ndarray]
+from server_app.aggregation.updates import Weights
 
 
 def site_weighted_mean(metrics: Mapping[str, Mapping[str, float]], metric: str, weight: str | None = None) -> float:
@@ -41,16 +41,16 @@ class BestModel:
     weight: str | None = None
     value: float = -np.inf
     model_round: int | None = None
-    params: Params = field(default_factory=dict)
+    params: Weights = field(default_factory=dict)
 
-    def observe(self, model_round: int, params: Params, metrics: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    def observe(self, model_round: int, params: Weights, metrics: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
         """Score the model sent in `model_round`; returns the record for results.json."""
         value = site_weighted_mean(metrics, self.metric, self.weight)
         if value > self.value:
             self.value, self.model_round, self.params = value, model_round, params
         return {"metric": self.metric, "value": value, "model_round": model_round}
 
-    def restore(self, summary: Mapping[str, Any], params: Params) -> None:
+    def restore(self, summary: Mapping[str, Any], params: Weights) -> None:
         """Take back the best model a checkpoint recorded (`summary()` and its parameters)."""
         self.value, self.model_round, self.params = float(summary["value"]), summary["model_round"], dict(params)
 

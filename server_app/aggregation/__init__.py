@@ -25,23 +25,23 @@ from server_app.aggregation.intake import (
 from server_app.aggregation.median import coordinate_median
 from server_app.aggregation.trimmed_mean import trimmed_mean
 from server_app.aggregation.updates import (
-    Params,
     SiteUpdate,
     UpdateRejected,
+    Weights,
     check_sample_count,
     check_update,
     check_updates,
 )
 from server_app.aggregation.weighted_mean import weighted_mean
 
-RULES: dict[str, Callable[..., Params]] = {
+RULES: dict[str, Callable[..., Weights]] = {
     "weighted_mean": weighted_mean,
     "median": coordinate_median,
     "trimmed_mean": trimmed_mean,
 }
 
 
-def aggregate(rule: str, updates: Sequence[SiteUpdate], reference: Params | None = None, **options: float) -> Params:
+def aggregate(rule: str, updates: Sequence[SiteUpdate], reference: Weights | None = None, **options: float) -> Weights:
     """Validate `updates` (against `reference` when given) and combine them with the named rule, in the order given
     (`take_updates` gives site-name order, which keeps float sums bit-identical from run to run)."""
     if rule not in RULES:
@@ -50,6 +50,6 @@ def aggregate(rule: str, updates: Sequence[SiteUpdate], reference: Params | None
     return RULES[rule](updates, **options)
 
 
-__all__ = ["RULES", "Params", "RoundIntake", "SiteUpdate", "UpdateCheck", "UpdateDecoder", "UpdateRejected",
+__all__ = ["RULES", "Weights", "RoundIntake", "SiteUpdate", "UpdateCheck", "UpdateDecoder", "UpdateRejected",
            "aggregate", "check_sample_count", "check_update", "check_updates", "encoded_updates", "matching",
            "missing_sites", "reported_samples", "scalar_metrics", "site_name", "site_outcomes", "take_updates"]

@@ -17,7 +17,7 @@ from nvflare.apis.fl_constant import FLMetaKey
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from fl_contract.weights_encoding import FLOAT32, WeightsEncodingError, decode_update
-from server_app.aggregation.updates import Params, SiteUpdate, UpdateRejected, check_update
+from server_app.aggregation.updates import SiteUpdate, UpdateRejected, Weights, check_update
 
 UNKNOWN_SITE = "unknown site"
 
@@ -47,7 +47,7 @@ def missing_sites(expected_sites: Iterable[str], answered: Iterable[str]) -> lis
     return sorted(set(expected_sites) - set(answered))
 
 
-def matching(reference: Params) -> UpdateCheck:
+def matching(reference: Weights) -> UpdateCheck:
     """The usual check: the update must match `reference` (the global model) in names, shapes and dtype kind."""
     return lambda update, meta: check_update(update, reference)
 
@@ -66,7 +66,7 @@ class MaskedSum:
     dropped: list[str]
     secure_aggregation: dict[str, Any]
 
-    def applied_to(self, params: Params) -> Params:
+    def applied_to(self, params: Weights) -> Weights:
         """The new global parameters: each one some site sent moved by the mean difference, in its own dtype."""
         return {name: (value.astype(np.float64) + self.means[name]).astype(value.dtype) if name in self.means
                 else value for name, value in params.items()}
@@ -130,7 +130,7 @@ def take_updates(results: Sequence[FLModel], expected_sites: Iterable[str], chec
     return RoundIntake(updates, metrics, meta, rejected, missing_sites(expected_sites, by_site))
 
 
-def encoded_updates(sent: Params, encoding: str) -> UpdateDecoder | None:
+def encoded_updates(sent: Weights, encoding: str) -> UpdateDecoder | None:
     """With `weights_encoding` float16, the decoder of a site's answer: its float16 differences checked (names
     and shapes the server sent, dtype, finite) and added to the float32 values `sent`; None when weights travel
     as trained (float32)."""

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from server_app.aggregation.updates import Params, SiteUpdate, as_original_dtype, stack
+from server_app.aggregation.updates import SiteUpdate, Weights, as_original_dtype, stack
 
 
-def coordinate_median(updates: Sequence[SiteUpdate]) -> Params:
+def coordinate_median(updates: Sequence[SiteUpdate]) -> Weights:
     return {
         name: as_original_dtype(np.median(stack(updates, name), axis=0), updates, name) for name in updates[0].params
     }

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from server_app.aggregation.updates import Params, SiteUpdate, as_original_dtype, stack
+from server_app.aggregation.updates import SiteUpdate, Weights, as_original_dtype, stack
 
 
-def trimmed_mean(updates: Sequence[SiteUpdate], trim_fraction: float = 0.1) -> Params:
+def trimmed_mean(updates: Sequence[SiteUpdate], trim_fraction: float = 0.1) -> Weights:
     if not 0.0 <= trim_fraction < 0.5:
         raise ValueError(f"trim_fraction must be in [0, 0.5), got {trim_fraction}")
     n = len(updates)

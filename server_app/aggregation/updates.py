@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-Params = dict[str, np.ndarray]
+Weights = dict[str, np.ndarray]
+"""A model's weights by parameter name (a state_dict as numpy arrays): what the server averages, checks and saves."""
 
 
 class UpdateRejected(ValueError):

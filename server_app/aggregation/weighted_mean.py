@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from server_app.aggregation.updates import Params, SiteUpdate, as_original_dtype, stack
+from server_app.aggregation.updates import SiteUpdate, Weights, as_original_dtype, stack
 
 
-def weighted_mean(updates: Sequence[SiteUpdate]) -> Params:
+def weighted_mean(updates: Sequence[SiteUpdate]) -> Weights:
     weights = np.array([u.num_samples for u in updates], dtype=np.float64)
     weights /= weights.sum()
     result = {}
