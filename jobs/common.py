@@ -25,8 +25,8 @@ from site_agent.transfers import TaskClock
 APP_PACKAGES = ["fl_contract", "site_agent", "server_app"]
 DEAD_SITE_CHECK_LEAD_S = 3.0
 """FLARE checks whether a task waits only for dead sites this long after the task was sent (its default is 30 s).
-Every round sent while a site is already deemed gone waits this long for it, once the others have answered: with
-10 s, each round of a fedavg-linear job after a site died took 10 s (0.6 s before). The lead guards against a race
+Every round sent while a site is already deemed gone waits this long for it once the others have answered, so at
+10 s a fedavg-linear round without a dead site's answer lasts 10 s instead of 0.6 s. The lead guards against a race
 that `dead_site_grace_s` covers already (a site reported gone is deemed gone only after the grace, and any request
 it sends the job in between takes it off FLARE's watch list), so 3 s leaves it a margin of six task requests."""
 TASK_REQUEST_INTERVAL_S = 0.5

@@ -27,10 +27,10 @@ from monai.transforms.transform import MapTransform
 from monai.transforms.utility.dictionary import CastToTyped, ConvertToMultiChannelBasedOnBratsClassesd
 
 from fl_contract.labels import BRATS_2021, LABEL_MAPS, REGIONS, LabelMap
-from site_agent.data.dicom_series import DicomSeriesReader
-from site_agent.data.nifti import NIFTI_SUFFIXES, NiftiReader
+from site_agent.data.nifti import NIFTI_SUFFIXES
 from site_agent.data.pipeline import SiteCacheDataset, SitePersistentDataset
-from site_agent.data.reader import DataError, Image, ImageReader, refuse_broken_link
+from site_agent.data.reader import DataError, Image, refuse_broken_link
+from site_agent.data.volume_readers import read_volume
 
 MODALITIES = ("t1", "t1ce", "t2", "flair")
 """Channel order of every stacked case: T1, T1 post-contrast, T2, FLAIR."""
@@ -42,7 +42,6 @@ DATALIST_NAME = "datalist.json"
 """Where a site's decathlon-style datalist lies in its glioma folder (written by the demo data; optional)."""
 
 GridPolicy = Literal["refuse", "resample"]
-_READERS: tuple[ImageReader, ...] = (DicomSeriesReader(), NiftiReader())
 _GRID_ATOL_MM = 1e-3
 
 
@@ -142,7 +141,7 @@ def read_case(
     if len(case.images) != len(MODALITIES):
         raise DataError(f"case {case.case_id}: {len(case.images)} images, "
                         f"expected {len(MODALITIES)} ({', '.join(MODALITIES)})")
-    images = [_read(path) for path in case.images]
+    images = [read_volume(path) for path in case.images]
     reference = images[MODALITIES.index(REFERENCE_MODALITY)]
     channels = []
     for modality, image in zip(MODALITIES, images):
@@ -160,17 +159,10 @@ def read_case(
     return stacked, label
 
 
-def _read(path: Path) -> Image:
-    for reader in _READERS:
-        if reader.can_read(path):
-            return reader.read(path)
-    raise DataError(f"{path}: neither a DICOM series folder nor a NIfTI file; fix the datalist or the case folder")
-
-
 def _read_label(path: Path, case_id: str, reference: Image, label_map: LabelMap | None) -> Image:
     """A label is used as given, never resampled: one on another grid, or with values outside the job's label map, would
     silently train the wrong regions, so each mismatch is refused with what to fix."""
-    label = _read(path)
+    label = read_volume(path)
     if label.spatial_shape != reference.spatial_shape:
         raise DataError(
             f"{path}: label shape {label.spatial_shape} does not match the image shape {reference.spatial_shape} "
