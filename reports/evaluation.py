@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -147,17 +148,25 @@ def page(table: dict[str, Any], heatmap: bytes) -> str:
                  _spread(row.get("hd95_mean"), 1), _spread(row.get("lesion_dice_mean"), 3),
                  _spread(row.get("lesion_hd95_mean"), 1)]
         rows.append((name, cells))
-    return document("Model evaluation across sites", [
-        f"<p>Job status: {status_line(table)}. Each site scored the model on its own labelled cases (BraTS 2023 "
-        "procedure); only the values below left the sites. A cell holds the mean over the site's cases and, where "
-        "the site sent them, the median [first, third quartile]; the federation row is the mean over every case "
-        "scored.</p>",
+    return evaluation_page(
+        "Model evaluation across sites", table,
+        "Each site scored the model on its own labelled cases (BraTS 2023 procedure); only the values below left "
+        "the sites. A cell holds the mean over the site's cases and, where the site sent them, the median [first, "
+        "third quartile]; the federation row is the mean over every case scored.",
+        html_table(head, rows, total="federation"), image(heatmap, "Dice per site and region"),
+        after=[f"<p>Per-case rows (pseudonymised) came from: {text(', '.join(table['case_rows']) or 'no site')}.</p>"])
+
+
+def evaluation_page(title: str, table: dict[str, Any], intro: str, scores: str, heatmap: str,
+                    before_withheld: Sequence[str] = (), after: Sequence[str] = ()) -> str:
+    """An evaluation's page: the job's status and what the scores are (`intro`, plain text), the model's
+    provenance, the per-site `scores` table and its `heatmap` (HTML fragments), then what each site withheld."""
+    return document(title, [
+        f"<p>Job status: {status_line(table)}. {text(intro)}</p>",
         "<h2>Model</h2>", definitions(provenance(table["model"])),
-        "<h2>Scores per site</h2>", html_table(head, rows, total="federation"),
-        image(heatmap, "Dice per site and region"),
+        "<h2>Scores per site</h2>", scores, heatmap, *before_withheld,
         "<h2>What sites withheld</h2>",
-        bullets(site_notes(table), "nothing: every site sent every value the job asked for"),
-        f"<p>Per-case rows (pseudonymised) came from: {text(', '.join(table['case_rows']) or 'no site')}.</p>"])
+        bullets(site_notes(table), "nothing: every site sent every value the job asked for"), *after])
 
 
 def write_report(results: dict[str, Any], out: Path) -> list[Path]:

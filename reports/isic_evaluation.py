@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from fl_contract.evaluation import CONFUSION, EVAL
-from reports.evaluation import provenance, score_heatmap, site_notes, status_line, write_files
-from reports.html_page import bullets, cell, definitions, document, image, text
+from reports.evaluation import evaluation_page, score_heatmap, write_files
+from reports.html_page import cell, image, text
 from reports.html_page import table as html_table
 
 
@@ -80,18 +80,15 @@ def page(table: dict[str, Any], heatmap: bytes) -> str:
                            if row["images_per_class"][c] is not None else "") for c in classes)])
             for site, row in table["sites"].items()]
     rows.append(("federation", [cell(table["federation"]["images"], 0), *(cell(None, 0) for _ in head[2:])]))
-    return document("Classifier evaluation across sites", [
-        f"<p>Job status: {status_line(table)}. Each site scored the classifier on every image of its ISIC-format "
-        "folder; only the values below left the sites. A recall, and a confusion-matrix cell, over fewer images "
-        "than the site's policy's min_cases stayed at the site (a cell of one or two images is close to one "
-        "patient's diagnosis). Balanced accuracy and macro-F1 do not pool from the sites' values: the federation "
-        "row counts the images scored.</p>",
-        "<h2>Model</h2>", definitions(provenance(table["model"])),
-        "<h2>Scores per site</h2>", html_table(head, rows, total="federation"),
-        image(heatmap, "Recall per site and class"),
-        "<h2>Confusion matrices</h2>", *(_confusion(site, m) for site, m in table["confusion"].items()),
-        "<h2>What sites withheld</h2>",
-        bullets(site_notes(table), "nothing: every site sent every value the job asked for")])
+    return evaluation_page(
+        "Classifier evaluation across sites", table,
+        "Each site scored the classifier on every image of its ISIC-format folder; only the values below left the "
+        "sites. A recall, and a confusion-matrix cell, over fewer images than the site's policy's min_cases stayed "
+        "at the site (a cell of one or two images is close to one patient's diagnosis). Balanced accuracy and "
+        "macro-F1 do not pool from the sites' values: the federation row counts the images scored.",
+        html_table(head, rows, total="federation"), image(heatmap, "Recall per site and class"),
+        before_withheld=["<h2>Confusion matrices</h2>",
+                         *(_confusion(site, m) for site, m in table["confusion"].items())])
 
 
 def write_report(results: dict[str, Any], out: Path) -> list[Path]:
