@@ -34,13 +34,13 @@ ROI = (8, 8, 8)
 def reads(monkeypatch):
     """Every image or label file (or DICOM series folder) the site reads, in order."""
     seen = []
-    real = brats_case._read
+    real = brats_case.read_volume
 
     def counting(path):
         seen.append(path)
         return real(path)
 
-    monkeypatch.setattr(brats_case, "_read", counting)
+    monkeypatch.setattr(brats_case, "read_volume", counting)
     return seen
 
 
