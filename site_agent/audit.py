@@ -2,8 +2,8 @@
 default the kit's `local/`, outside every job's workspace; jobs carry no code, and no job argument names the file).
 
 Events: a job seen at deploy (id, kind, submitter and role, the agent version it was built for and the one
-installed), accepted or refused and why, started (and charged to the ledger) or refused at start, every task
-result that left (task, bytes, sha256 of the
+installed), accepted or refused and why, started (and charged to the ledger) or refused at start, every task that
+arrived (task, round, bytes of its arrays), every task result that left (task, round, bytes, sha256 of the
 serialised payload, and for FedKT-CSD the sha256 of the statistics before masking, which the privacy officer
 matches with the reviewed export's `payload_sha256`), the job's end, and every admin command that reached the site
 (allowed or refused, with the admin's name and role).
@@ -28,6 +28,7 @@ JOB_REDEPLOYED = "job_redeployed"  # deployed again after this site's restart mi
 JOB_REFUSED = "job_refused"
 JOB_STARTED = "job_started"
 JOB_REFUSED_AT_START = "job_refused_at_start"
+TASK_RECEIVED = "task_received"  # a task reached the site: its name, round and the bytes of its arrays
 RESULT_SENT = "result_sent"
 JOB_END = "job_end"
 COMMAND_REFUSED = "command_refused"

@@ -20,6 +20,7 @@ _COMMAND_MODULES = (
     "site_agent.service",
     "site_agent.ledger",
     "site_agent.audit",
+    "site_agent.status.cli",
     "site_agent.data.demo_cli",
     "site_agent.fedkt_csd.cli",
     "site_agent.playerfl.cli",

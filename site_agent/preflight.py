@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import shutil
@@ -41,6 +42,8 @@ WARN_ROUND_TRANSFER_S = 120.0
 """A round whose model transfer (to the site and back, at the measured upload rate) takes longer is warned about."""
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
+LAST_CHECK_FILE = "last_check.json"
+"""`site-agent check` keeps its rows here (in the kit's local/): the status page shows the link and data rows."""
 _FIX_CONFIG = "edit the site configuration (docs/site-it-guide.md)"
 _FIX_DATA = "fix or remove what each line names, as it says (docs/site-data.md)"
 _READ_ALL = "; `--deep` reads every case and image, listing each bad one"
@@ -356,6 +359,21 @@ def run_checks(
     return results
 
 
+def save_check(kit_dir: Path, results: list[CheckResult]) -> None:
+    """Keep `site-agent check`'s rows for the status page (written whole, readable by the service account only)."""
+    local = Path(kit_dir) / "local"
+    if not local.is_dir():
+        return
+    rows = [{"name": r.name, "status": r.status, "detail": r.detail, "fix": r.fix, "problems": len(r.problems)}
+            for r in results]
+    path = local / LAST_CHECK_FILE
+    partial = path.with_suffix(".json.part")
+    checked = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+        json.dump({"time": checked, "rows": rows}, handle, indent=1)
+    partial.replace(path)
+
+
 def format_table(results: list[CheckResult]) -> str:
     width = max(len(r.name) for r in results)
     lines = [f"{'CHECK'.ljust(width)}  STATUS  DETAIL"]
@@ -384,6 +402,7 @@ def progress_bar(stream: TextIO) -> DataProgress:
 def _run(args: argparse.Namespace) -> int:
     progress = progress_bar(sys.stderr) if args.deep else None
     results = run_checks(Path(args.kit), skip_server=args.skip_server, deep=args.deep, progress=progress)
+    save_check(Path(args.kit), results)
     print(format_table(results))
     failed = [r.name for r in results if r.status == FAIL]
     print(f"\n{'FAILED: ' + ', '.join(failed) if failed else 'all checks passed'}")

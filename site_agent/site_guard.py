@@ -160,8 +160,9 @@ class SiteGuard(FLComponent):  # type: ignore[misc]  # FLARE ships no type infor
         job_id, submitter = str(meta.get(JobMetaKey.JOB_ID, "")), str(meta.get(JobMetaKey.SUBMITTER_NAME, ""))
         site = _site(fl_ctx)
         audit = AuditLog(site.records)
-        audit.record(JOB_SEEN, job_id, job_kind=meta.get(JOB_KIND_KEY), submitter=submitter, submitter_role=role,
-                     job_agent_version=meta.get(AGENT_VERSION_KEY), agent_version=AGENT_VERSION)
+        audit.record(JOB_SEEN, job_id, job_name=meta.get(JobMetaKey.JOB_NAME), job_kind=meta.get(JOB_KIND_KEY),
+                     submitter=submitter, submitter_role=role, job_agent_version=meta.get(AGENT_VERSION_KEY),
+                     agent_version=AGENT_VERSION)
         if site.policy is None:
             reason = site.problem
         else:

@@ -44,17 +44,42 @@ def require(missing: str | None, what: str) -> None:
     pytest.skip(f"{what}: {missing}")
 
 
-def screenshot(page: Path, out: Path, width: int = 1200, height: int = 1000) -> Path:
-    """`page` rendered by headless Chromium (Debian's) into the PNG `out`; the page must fetch nothing, so every
-    request but the file itself is refused."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    require(None if chromium else "chromium not installed (apt-get install chromium)", "a headless browser")
-    assert chromium is not None
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--host-resolver-rules=MAP * ~NOTFOUND", f"--window-size={width},{height}",
-                    f"--screenshot={out}", Path(page).resolve().as_uri()],
+def chromium() -> str:
+    """Debian's chromium; fails under CI, skips elsewhere, when it is not installed."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    require(None if found else "chromium not installed (apt-get install chromium)", "a headless browser")
+    assert found is not None
+    return found
+
+
+def _headless(page: Path | str) -> list[str]:
+    """Chromium's headless command line for a page file or a page served on 127.0.0.1: every other host is refused,
+    so a page that tried to fetch anything would show it."""
+    url = page if isinstance(page, str) else Path(page).resolve().as_uri()
+    return [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", url]
+
+
+def screenshot(page: Path | str, out: Path, width: int = 1200, height: int = 1000) -> Path:
+    """`page` (a file, or the URL of a page on 127.0.0.1) rendered by headless Chromium into the PNG `out`."""
+    command = _headless(page)
+    subprocess.run([*command[:-1], f"--window-size={width},{height}", f"--screenshot={out}", command[-1]],
                    check=True, capture_output=True, timeout=120)
     return out
+
+
+def rendered_dom(page: Path | str) -> str:
+    """The page's DOM as headless Chromium built it (after redirects), serialised."""
+    return subprocess.run([*_headless(page)[:-1], "--dump-dom", _headless(page)[-1]], check=True,
+                          capture_output=True, text=True, timeout=120).stdout
+
+
+def non_blank(png: Path) -> bool:
+    """More than a few colours: text, tables and plots rendered, not a blank or a one-line error page."""
+    from PIL import Image
+
+    colours = Image.open(png).convert("RGB").getcolors(maxcolors=1 << 20)
+    return colours is None or len(colours) > 50
 
 
 ADMIN = "admin@cc.org"

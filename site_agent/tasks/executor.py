@@ -31,7 +31,7 @@ from fl_contract.job_privacy import WEIGHTS, SitePrivacy
 from fl_contract.masked_weights import TASK_MASKED, TRAIN_TASK, SecureWeightsParams
 from fl_contract.secure_aggregation_messages import SESSION
 from fl_contract.weights_encoding import FLOAT32, decode_model, encode_update, encoding_of
-from site_agent.audit import RESULT_SENT, AuditLog
+from site_agent.audit import RESULT_SENT, TASK_RECEIVED, AuditLog
 from site_agent.masked_updates import TASKS as MASKING_TASKS
 from site_agent.masked_updates import MaskedUpdates
 from site_agent.policy import PolicyInForce, SitePolicy
@@ -85,6 +85,7 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
         self._audit_notes: dict[str, str] = {}
         self._weight_updates_sent = 0
         self._masked: MaskedUpdates | None = None
+        self._round: int | None = None  # of the task being answered, for the audit log
 
     def note_for_audit(self, **facts: str) -> None:
         """Facts about the result being built that the site's audit log keeps with it (never sent)."""
@@ -104,15 +105,19 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
         )
 
     def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+        """FLARE's entry: audit what arrived, answer it with `task_<name>` (through secure aggregation and the
+        weights' encoding when the job says so), audit what leaves; a failure becomes a reply naming the site."""
         if not self.has_task(task_name):
             self.log_error(fl_ctx, f"{type(self).__name__} has no task {task_name!r}")
             return make_reply(ReturnCode.TASK_UNKNOWN)
         self._audit_notes = {}
         try:
+            received = FLModelUtils.from_shareable(shareable)
+            self._audit_received(task_name, received, fl_ctx)
             ctx = self.site_context(fl_ctx, abort_signal)
             self.log_info(fl_ctx, f"task {task_name}: running on {describe_device(ctx.device)}")
             torch.manual_seed(self.seed)
-            result = self.answer(task_name, FLModelUtils.from_shareable(shareable), ctx)
+            result = self.answer(task_name, received, ctx)
             if self._masking(ctx.site_name) is None or task_name == TASK_MASKED:
                 self._count_dp_update(result, fl_ctx)
         except Exception as exc:  # the reason must reach the site's log and the admin, not vanish in a traceback
@@ -176,12 +181,22 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
                                "and the site charged its budget for that many; it sends no further update")
         self._weight_updates_sent += 1
 
+    def _audit_log(self, fl_ctx: FLContext) -> AuditLog:
+        return AuditLog(PolicyInForce.read(Path(fl_ctx.get_engine().get_workspace().get_site_config_dir())).records)
+
+    def _audit_received(self, task_name: str, received: FLModel, fl_ctx: FLContext) -> None:
+        """What reached the site: the task, its round and the bytes of the arrays it carries (the site's status page
+        shows the job's round from it, while the site still works on that round)."""
+        self._round = received.current_round
+        arrays = sum(int(getattr(v, "nbytes", 0)) for v in (received.params or {}).values())
+        self._audit_log(fl_ctx).record(TASK_RECEIVED, str(fl_ctx.get_job_id()), task=task_name, round=self._round,
+                                       array_bytes=arrays)
+
     def _audit_result(self, task_name: str, reply: Shareable, fl_ctx: FLContext) -> None:
-        site = PolicyInForce.read(Path(fl_ctx.get_engine().get_workspace().get_site_config_dir()))
         common_decomposers.register()
         payload = fobs.dumps(reply)
-        AuditLog(site.records).record(
-            RESULT_SENT, str(fl_ctx.get_job_id()), task=task_name, payload_bytes=len(payload),
+        self._audit_log(fl_ctx).record(
+            RESULT_SENT, str(fl_ctx.get_job_id()), task=task_name, round=self._round, payload_bytes=len(payload),
             payload_sha256=hashlib.sha256(payload).hexdigest(), **self._audit_notes)
 
     def task_train(self, model: FLModel, ctx: SiteContext) -> FLModel:

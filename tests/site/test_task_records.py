@@ -29,7 +29,7 @@ from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_auto
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from jobs.fedkt_csd.spec import KIND as FEDKT_CSD
 from jobs.fedkt_csd.spec import FedKTCSDParams
-from site_agent.audit import RESULT_SENT, AuditLog
+from site_agent.audit import RESULT_SENT, TASK_RECEIVED, AuditLog
 from site_agent.cli import main
 from site_agent.data.linear_demo import write_linear_site
 from site_agent.data.synthetic_isic import write_isic_site
@@ -50,7 +50,7 @@ def _fl_ctx(kit: Path, privacy: SitePrivacy) -> FLContext:
 
 
 def _train(task, fl_ctx: FLContext) -> Shareable:
-    task_data = FLModelUtils.to_shareable(FLModel(params={"weight": np.zeros((1, 2), np.float32)}))
+    task_data = FLModelUtils.to_shareable(FLModel(params={"weight": np.zeros((1, 2), np.float32)}, current_round=3))
     return task.execute("train", task_data, fl_ctx, Signal())
 
 
@@ -62,8 +62,9 @@ def test_every_result_that_leaves_is_in_the_audit_log_with_its_size_and_hash(tmp
 
     common_decomposers.register()
     payload = fobs.dumps(reply)
-    [entry] = AuditLog(tmp_path / "local").entries("job-1")
-    assert entry["event"] == RESULT_SENT and entry["task"] == "train"
+    received, entry = AuditLog(tmp_path / "local").entries("job-1")
+    assert received["event"] == TASK_RECEIVED and received["task"] == "train" and received["array_bytes"] == 8
+    assert entry["event"] == RESULT_SENT and entry["task"] == "train" and entry["round"] == received["round"] == 3
     assert entry["payload_bytes"] == len(payload) and entry["payload_sha256"] == hashlib.sha256(payload).hexdigest()
 
 
@@ -76,7 +77,7 @@ def test_a_dp_job_sends_no_more_updates_than_the_rounds_it_declared(tmp_path):
     replies = [_train(task, fl_ctx) for _ in range(3)]
 
     assert [r.get_return_code() for r in replies] == [ReturnCode.OK, ReturnCode.OK, ReturnCode.EXECUTION_EXCEPTION]
-    assert len(AuditLog(tmp_path / "local").entries("job-1")) == 2
+    assert len([e for e in AuditLog(tmp_path / "local").entries("job-1") if e["event"] == RESULT_SENT]) == 2
 
 
 def test_the_fedkt_csd_statistics_hash_in_the_audit_log_matches_the_reviewed_export(tmp_path):
@@ -98,7 +99,8 @@ def test_the_fedkt_csd_statistics_hash_in_the_audit_log_matches_the_reviewed_exp
 
     relay.secure_sum(FLModel(params={}, meta=announcement))
 
-    sent = [e for e in AuditLog(tmp_path / "local").entries("job-1") if e["task"] == "statistics"]
+    sent = [e for e in AuditLog(tmp_path / "local").entries("job-1")
+            if e["task"] == "statistics" and e["event"] == RESULT_SENT]
     assert [e["statistics_sha256"] for e in sent] == [reviewed]
     assert sent[0]["payload_sha256"] != reviewed  # what left is masked
 

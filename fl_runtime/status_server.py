@@ -1,0 +1,138 @@
+"""A read-only status page with its Prometheus metrics, served on this machine to the people who run a kit.
+
+The site's page (`site-agent status --serve`) and the study lead's (`fl-job status --serve`) are both Flask apps
+made here, so that both get the same guards:
+
+- every route answers 401 without the page's token: a `?token=` link (printed at start; the page then keeps it in
+  an HttpOnly, SameSite=Strict cookie and drops it from the address bar) or `Authorization: Bearer TOKEN` (what a
+  Prometheus scrape job sends);
+- Jinja2 escapes every value, and the Content-Security-Policy allows no script, no frame and no fetch at all, so a
+  job name or a refusal reason that holds markup is shown as text;
+- the server binds to a loopback address unless the caller allows another one (`allow_remote`);
+- a page load only reads what the kit records: it changes nothing and takes no lock a job waits on.
+
+werkzeug's threaded server runs the app: no HTTP handling of our own.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import secrets
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from flask import Flask, Response, redirect, render_template, request
+from jinja2 import ChoiceLoader, PackageLoader
+from prometheus_client import CONTENT_TYPE_LATEST
+from werkzeug.serving import BaseWSGIServer, make_server
+from werkzeug.wrappers import Response as BaseResponse
+
+TOKEN_COOKIE = "status_token"
+REFRESH_S = 5
+"""The page reloads itself this often (a meta refresh: the page runs no script)."""
+
+_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+                               "frame-ancestors 'none'; form-action 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+class StatusServerError(ValueError):
+    """The page cannot be served as asked (an address that is not this machine's loopback, a port in use)."""
+
+
+def load_or_create_token(path: Path) -> str:
+    """The page's token from `path`, made there (readable by this account only) the first time, so that a restarted
+    service keeps the token its bookmarks and Prometheus scrape job hold."""
+    path = Path(path)
+    if path.is_file():
+        token = path.read_text().strip()
+        if token:
+            return token
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token
+
+
+def _presented_token() -> str:
+    header = request.headers.get("Authorization", "")
+    if header.startswith("Bearer "):
+        return header[len("Bearer "):].strip()
+    return request.cookies.get(TOKEN_COOKIE) or request.args.get("token", "")
+
+
+def status_app(name: str, template: str, snapshot: Callable[[], Any], as_json: Callable[[Any], dict[str, Any]],
+               metrics: Callable[[Any], bytes], token: str) -> Flask:
+    """The page app: `/` renders `template` (found in package `name`'s templates/, beside this package's
+    `status_base.html`) with `status=snapshot()`, `/status.json` serves `as_json` of it and `/metrics` the
+    Prometheus text `metrics` makes of it."""
+    app = Flask(name, static_folder=None)  # no file is served, whatever the path
+    app.jinja_loader = ChoiceLoader([PackageLoader(name), PackageLoader("fl_runtime")])
+
+    @app.before_request
+    def _guard() -> BaseResponse | None:
+        if not hmac.compare_digest(_presented_token().encode(), token.encode()):
+            return Response("401: this page needs its token (the link its command printed at start, or "
+                            "Authorization: Bearer TOKEN)\n", status=401, mimetype="text/plain",
+                            headers={"WWW-Authenticate": 'Bearer realm="status"'})
+        if "token" in request.args and request.method == "GET":  # keep it in a cookie, out of the address bar
+            answer = redirect(request.path, code=303)
+            answer.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict")
+            return answer
+        return None
+
+    @app.after_request
+    def _harden(response: Response) -> Response:
+        response.headers.update(_HEADERS)
+        return response
+
+    @app.get("/")
+    def _page() -> str:
+        return render_template(template, status=snapshot(), refresh_s=REFRESH_S)
+
+    @app.get("/status.json")
+    def _json() -> dict[str, Any]:
+        return as_json(snapshot())
+
+    @app.get("/metrics")
+    def _metrics() -> Response:
+        return Response(metrics(snapshot()), mimetype=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def is_loopback(host: str) -> bool:
+    """`host` resolves only to this machine's loopback addresses."""
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except socket.gaierror:
+        return False
+    return bool(addresses) and all(ipaddress.ip_address(str(a).split("%")[0]).is_loopback for a in addresses)
+
+
+def bind(app: Flask, host: str, port: int, allow_remote: bool = False) -> BaseWSGIServer:
+    """A threaded server for `app` on host:port (port 0: any free one; the server's `port` says which), refused on
+    an address other than loopback unless `allow_remote`."""
+    if not allow_remote and not is_loopback(host):
+        raise StatusServerError(f"{host!r} is not a loopback address: the status page binds to 127.0.0.1 unless "
+                                "--allow-remote is given (then put it behind the hospital's reverse proxy with TLS)")
+    try:
+        return make_server(host, port, app, threaded=True)
+    except OSError as exc:
+        raise StatusServerError(f"cannot serve the status page on {host}:{port}: {exc.strerror or exc}; "
+                                "choose another --port") from exc
+
+
+def page_url(server: BaseWSGIServer, token: str) -> str:
+    host = server.host if ":" not in server.host else f"[{server.host}]"
+    return f"http://{host}:{server.port}/?token={token}"

@@ -1,0 +1,174 @@
+"""The site's status page (`site-agent status --serve`), served from a real kit and read as site IT, a privacy
+officer, Prometheus and an attacker would: with and without the token, with markup and paths in what it shows, in
+headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from support import non_blank, rendered_dom, screenshot
+
+from fl_runtime.status_server import StatusServerError, bind, is_loopback
+from site_agent.accounting import Spend
+from site_agent.audit import (
+    COMMAND_REFUSED,
+    JOB_ACCEPTED,
+    JOB_END,
+    JOB_REFUSED,
+    JOB_SEEN,
+    JOB_STARTED,
+    RESULT_SENT,
+    TASK_RECEIVED,
+    AuditLog,
+)
+from site_agent.ledger import Ledger
+from site_agent.policy import load_policy
+from site_agent.preflight import OK, CheckResult, save_check
+from site_agent.site_config import write_site_config
+
+HOSTILE_NAME = "<script>alert('name')</script>../../etc/passwd"
+HOSTILE_REASON = "<script>alert('reason')</script> names ../../../etc/shadow"
+
+
+@dataclass
+class Page:
+    base: str
+    token: str
+    kit: Path
+    data: Path
+
+    def get(self, path: str, token: str | None = None, bearer: bool = True) -> tuple[int, str]:
+        request = urllib.request.Request(self.base + path)
+        if token is not None and bearer:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+
+def _record_jobs(kit: Path) -> None:
+    """Two jobs as the site's own guard and task record them: one ran three rounds (DP, charged), one was refused."""
+    audit, ledger = AuditLog(kit / "local"), Ledger(kit / "local")
+    audit.record(JOB_SEEN, "job-ran", job_name=HOSTILE_NAME, job_kind="fedavg-linear", submitter="admin@cc.org")
+    audit.record(JOB_ACCEPTED, "job-ran")
+    ledger.charge("job-ran", "fedavg-linear", "admin@cc.org", Spend(1.5, 1e-6, "test"), load_policy(kit / "local"))
+    audit.record(JOB_STARTED, "job-ran", epsilon=1.5, delta=1e-6)
+    for round_ in range(3):
+        audit.record(TASK_RECEIVED, "job-ran", task="train", round=round_, array_bytes=4096)
+        audit.record(RESULT_SENT, "job-ran", task="train", round=round_, payload_bytes=1000 + round_,
+                     payload_sha256="0" * 64)
+    audit.record(JOB_END, "job-ran")
+    audit.record(JOB_SEEN, "job-refused", job_name="other", job_kind="brats-segmentation", submitter="x@cc.org")
+    audit.record(JOB_REFUSED, "job-refused", reason=HOSTILE_REASON)
+    audit.record(COMMAND_REFUSED, command="shell_cat", user="x@cc.org", role="member", reason="not allowed")
+
+
+@pytest.fixture(scope="module")
+def page(provisioned, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
+    import shutil
+
+    kit = tmp_path_factory.mktemp("status") / "site-1"
+    shutil.copytree(provisioned.kit("site-1"), kit)
+    data = tmp_path_factory.mktemp("hospital-data") / "brats"
+    data.mkdir()
+    write_site_config(kit, {"brats": str(data)})
+    _record_jobs(kit)
+    save_check(kit, [CheckResult("link", OK, "round trip 1.2 ms, upload 900 Mbit/s"),
+                     CheckResult("data brats", OK, f"{data}: BraTS cases (NIfTI), 12 cases; see /srv/other/file.nii")])
+    server = subprocess.Popen([sys.executable, "-m", "site_agent.cli", "status", "--kit", str(kit), "--serve",
+                               "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        found = re.search(r"(http://127\.0\.0\.1:\d+)/\?token=(\S+)", line)
+        assert found, f"no page link in {line!r}"
+        yield Page(found.group(1), found.group(2), kit, data)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_every_route_needs_the_token(page: Page) -> None:
+    for path in ("/", "/status.json", "/metrics", "/no-such-page", "/static/../../etc/passwd"):
+        assert page.get(path)[0] == 401, path
+        assert page.get(path, token="wrong-" + page.token)[0] == 401, path
+    status, body = page.get("/?token=" + page.token[:-1], bearer=False)
+    assert status == 401 and page.token not in body
+
+
+def test_a_token_link_becomes_a_cookie_and_leaves_the_address(page: Page) -> None:
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+    with opener.open(f"{page.base}/?token={page.token}", timeout=10) as answer:
+        assert answer.status == 200 and answer.url == page.base + "/"
+        assert "script-src" not in answer.headers["Content-Security-Policy"]  # default-src 'none': no script at all
+        assert answer.headers["Content-Security-Policy"].startswith("default-src 'none'")
+
+
+def test_the_page_shows_markup_and_paths_as_text(page: Page) -> None:
+    status, body = page.get("/", token=page.token)
+    assert status == 200
+    assert "<script>" not in body
+    assert "&lt;script&gt;alert(&#39;name&#39;)&lt;/script&gt;../../etc/passwd" in body
+    assert "&lt;script&gt;alert(&#39;reason&#39;)&lt;/script&gt;" in body
+    for text in (body, page.get("/status.json", token=page.token)[1]):
+        assert str(page.data) not in text and "/srv/other" not in text  # paths outside the kit are not shown
+        assert "[dataset brats]" in text and "[path outside the kit]" in text
+
+
+def test_refusals_come_first_in_the_audit_table(page: Page) -> None:
+    status = json.loads(page.get("/status.json", token=page.token)[1])
+    events = [row["event"] for row in status["audit"]]
+    assert events[:2] == [COMMAND_REFUSED, JOB_REFUSED] and JOB_END in events[2:]
+    jobs = {job["job_id"]: job for job in status["jobs"]}
+    assert jobs["job-ran"]["state"] == "ended" and jobs["job-ran"]["round"] == 2
+    assert jobs["job-refused"]["state"] == "refused"
+
+
+def test_metrics_parse_and_match_the_ledger_and_audit_log(page: Page) -> None:
+    status, text = page.get("/metrics", token=page.token)
+    assert status == 200
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    ledger, audit = Ledger(page.kit / "local"), AuditLog(page.kit / "local")
+    sent = [e for e in audit.entries("job-ran") if e["event"] == RESULT_SENT]
+    job = (("job_id", "job-ran"), ("kind", "fedavg-linear"))
+    assert samples[("site_agent_results_sent_total", job)] == len(sent) == 3
+    assert samples[("site_agent_result_bytes_total", (*job, ("masked", "no")))] == sum(e["payload_bytes"] for e in sent)
+    assert samples[("site_agent_epsilon_spent", ())] == pytest.approx(ledger.totals().epsilon)
+    assert samples[("site_agent_jobs_charged_total", ())] == ledger.totals().jobs == 1
+    assert samples[("site_agent_refusals_total", (("event", JOB_REFUSED),))] == 1
+    assert samples[("site_agent_jobs", (("state", "refused"),))] == 1
+
+
+def test_the_page_binds_to_loopback_only_unless_allowed(provisioned, tmp_path: Path) -> None:
+    import flask
+
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and not is_loopback("0.0.0.0")
+    with pytest.raises(StatusServerError, match="not a loopback address"):
+        bind(flask.Flask("x"), "0.0.0.0", 0)
+    refused = subprocess.run([sys.executable, "-m", "site_agent.cli", "status", "--kit",
+                              str(provisioned.kit("site-1")), "--serve", "--host", "0.0.0.0", "--port", "0"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "--allow-remote" in refused.stderr
+
+
+def test_the_page_in_chromium(page: Page, tmp_path: Path) -> None:
+    """What site IT sees: the token link opened in headless Chromium renders the page (a non-blank screenshot) and
+    its text names the jobs, the hostile name as text."""
+    link = f"{page.base}/?token={page.token}"
+    dom = rendered_dom(link)
+    assert "Site site-1" in dom and "job-refused" in dom and "&lt;script&gt;alert('name')" in dom
+    assert non_blank(screenshot(link, tmp_path / "site-status.png"))
+    assert "401" in rendered_dom(page.base + "/")  # the browser without the link's token
