@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from nvflare.fuel.flare_api.api_spec import NoConnection, SessionClosed
 from nvflare.fuel.flare_api.flare_api import Session, new_secure_session
 
+from federation_tools.status.progress import Progress, describe, progress_of
 from server_app.recovery import REASON_KEY, RESUMED_AS_KEY
 from server_app.rejoin import SITE_RETURNS_KEY
 from server_app.results import RESULTS_FILE, RETURNS_KEY
@@ -31,9 +32,13 @@ a second update of the meta: how long the follower reads the meta again for it (
 follower that read between the two saw the status alone, under the suite's load)."""
 DOWNLOADABLE = (COMPLETED, "FINISHED:ABORTED", "FINISHED:EXECUTION_EXCEPTION")
 WAITING = ("SUBMITTED", "DISPATCHED")
+STATS_EVERY_S = 3.0
+"""How often the follower asks a running job's server process for its progress (one admin command each time)."""
 RECONNECT_WINDOW_S = 300.0
 """How long the follower tries to reconnect to a server that went away (a restart takes seconds to a minute)."""
 LOST = (NoConnection, SessionClosed)  # SessionExpired is a SessionClosed
+RoundsSeen = Callable[[str, Progress], None]
+"""Told (job id, progress) each time a running job has completed another round."""
 T = TypeVar("T")
 
 
@@ -126,22 +131,25 @@ class Reconnecting:
 
 
 def submit_and_wait(session: Session, job_dir: Path, timeout: float = 600.0, download: bool = True,
-                    progress: Callable[[str], None] | None = print) -> JobOutcome:
+                    progress: Callable[[str], None] | None = print, rounds: RoundsSeen | None = None) -> JobOutcome:
     job_id = session.submit_job(str(job_dir))
     (progress or (lambda _: None))(f"submitted {Path(job_dir).name} as job {job_id}")
-    return follow_job(session, job_id, timeout, download, progress)
+    return follow_job(session, job_id, timeout, download, progress, rounds=rounds)
 
 
 def follow_job(session: Session, job_id: str, timeout: float = 600.0, download: bool = True,
                progress: Callable[[str], None] | None = print,
-               reconnect_window: float = RECONNECT_WINDOW_S) -> JobOutcome:
+               reconnect_window: float = RECONNECT_WINDOW_S, rounds: RoundsSeen | None = None) -> JobOutcome:
     """Wait for the job to finish, saying why while it waits to start, reconnecting when the server restarts and
     following the job to the copy the server resumed it as; download what it left (results.json records the
-    completed rounds and the reason of an early stop)."""
+    completed rounds and the reason of an early stop). While it runs, each completed round goes to `rounds`
+    (default: a line to `progress`; neither given: the server is not asked)."""
     say = progress or (lambda _: None)
+    if rounds is None and progress is not None:
+        rounds = _round_lines(say)
     link = Reconnecting(session, say, reconnect_window)
     try:
-        job_id, status, meta = _follow(link, job_id, timeout, say)
+        job_id, status, meta = _follow(link, job_id, timeout, say, rounds)
         result_dir = link.run(_download, job_id) if download and status in DOWNLOADABLE else None
     finally:
         link.close_own()
@@ -151,6 +159,13 @@ def follow_job(session: Session, job_id: str, timeout: float = 600.0, download: 
     return outcome
 
 
+def _round_lines(say: Callable[[str], None]) -> RoundsSeen:
+    """A line per completed round: `job ID: round 9/300 done, 0.6 s per round, about 3.1 min left`."""
+    def tell(job_id: str, seen: Progress) -> None:
+        say(f"job {job_id}: {describe(seen)}")
+    return tell
+
+
 def return_lines(results: dict[str, Any]) -> list[str]:
     """One line per time a site took part again after missing rounds: "site-2 back at round 5 (missed 3, 4)"."""
     return [f"{site} back at round {back['back_at_round']} (missed {', '.join(str(r) for r in back['missed'])})"
@@ -158,12 +173,13 @@ def return_lines(results: dict[str, Any]) -> list[str]:
 
 
 def _follow(
-    link: Reconnecting, job_id: str, timeout: float, say: Callable[[str], None]
+    link: Reconnecting, job_id: str, timeout: float, say: Callable[[str], None], rounds: RoundsSeen | None = None
 ) -> tuple[str, str, dict[str, Any]]:
     """Polls the job's meta through a session that reconnects, so it rides out a server restart; says once why a waiting
     job has not started, says when a site that restarted is back in the job (or why not), follows a job that recovery
     resumed under a new id, and aborts a job that runs past the timeout rather than leave it running unattended."""
     last_status, last_wait, returns_told = None, "", 0
+    rounds_seen, stats_at = 0, 0.0
     deadline = time.monotonic() + timeout
     while True:
         meta = link.run(Session.get_job_meta, job_id)
@@ -171,6 +187,12 @@ def _follow(
         if status != last_status:
             say(f"job {job_id}: {status}")
             last_status = status
+        if rounds is not None and status == "RUNNING" and time.monotonic() - stats_at > STATS_EVERY_S:
+            stats_at = time.monotonic()
+            seen = _progress(link, job_id)
+            if seen is not None and seen.completed_rounds > rounds_seen:
+                rounds_seen = seen.completed_rounds
+                rounds(job_id, seen)
         returns = meta.get(SITE_RETURNS_KEY) or []
         for back in returns[returns_told:]:  # the server's main process writes one entry per returning site
             say(f"job {job_id}: {back.get('site')} registered again: {back.get('detail')}")
@@ -191,6 +213,15 @@ def _follow(
             raise TimeoutError(f"job {job_id} did not finish within {timeout:.0f} s (last status {status}); "
                                "it was aborted")
         time.sleep(1.0)
+
+
+def _progress(link: Reconnecting, job_id: str) -> Progress | None:
+    """The running job's progress from the server's `show_stats` (server_app.progress), or None: a job whose server
+    process is starting or ending answers without it, and a kind without rounds never has it."""
+    try:
+        return progress_of(link.run(Session.show_stats, job_id, "server"))
+    except Exception:  # noqa: BLE001 - FLARE answers a job it has not started yet with an error of its own
+        return None
 
 
 def _with_deploy_detail(link: Reconnecting, job_id: str, meta: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@
                                                                           submit_job jobs-out/fedavg-linear
     fl-job submit fedavg-linear --admin-kit KIT [--num-rounds 5 ...]      waits, shows progress, downloads the result
     fl-job simulate fedavg-linear --workspace WS --data linear=/data/{site_name}/linear --sites site-1,site-2,site-3
+    fl-job status --admin-kit KIT [--serve]                               the sites and jobs; a page with /metrics
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def _submit(args: argparse.Namespace) -> int:
     from nvflare.fuel.flare_api.flare_api import new_secure_session
 
     from federation_tools.admin import submit_and_wait
+    from federation_tools.status.progress import RoundBar
 
     kit = Path(args.admin_kit).resolve()
     with tempfile.TemporaryDirectory() as tmp:
@@ -58,7 +60,8 @@ def _submit(args: argparse.Namespace) -> int:
         try:
             session = new_secure_session(_admin_username(kit), str(kit), timeout=args.connect_timeout)
             try:
-                outcome = submit_and_wait(session, job_dir, timeout=args.timeout)
+                outcome = submit_and_wait(session, job_dir, timeout=args.timeout,
+                                          rounds=RoundBar(sys.stdout) if sys.stdout.isatty() else None)
             finally:
                 session.close()
         except (ConnectionError, TimeoutError) as exc:  # the server unreachable (and not back), or the job too slow
@@ -114,6 +117,12 @@ def _add_command_options(name: str, parser: argparse.ArgumentParser) -> None:
                             help="model folder the server needs (e.g. dcae=/models/dc-ae for fedkt-csd)")
 
 
+def _status(args: argparse.Namespace) -> int:
+    from federation_tools.status.cli import run
+
+    return run(args, _admin_username(Path(args.admin_kit)))
+
+
 def _docs(args: argparse.Namespace) -> int:
     from jobs.docs import parameter_tables
 
@@ -137,6 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     docs = commands.add_parser("docs", help="write the parameter tables of every job kind (docs/job-parameters.md)")
     docs.add_argument("--out", default="docs/job-parameters.md")
     docs.set_defaults(func=_docs)
+    status = commands.add_parser("status", help="the federation's sites and jobs; --serve serves the study lead's page")
+    from federation_tools.status.cli import add_options
+
+    add_options(status)
+    status.set_defaults(func=_status)
     for name, func, help_text in (("export", _export, "write a job folder for the FLARE console"),
                                   ("submit", _submit, "submit through the FLARE API and wait"),
                                   ("simulate", _simulate, "run in FLARE's simulator")):

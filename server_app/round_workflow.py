@@ -50,6 +50,7 @@ from server_app.aggregation import (
 )
 from server_app.checkpoint import Resumed, ResumeRefused, RunCheckpoint, workflow_checkpoint
 from server_app.masked_round import MetaCheck, masked_intake
+from server_app.progress import round_progress
 from server_app.results import RunRecorder
 from server_app.site_watch import LATE_SITE_WAIT_S, SiteAwareController, in_words
 from server_app.transfers import METER_ID, TransferMeter
@@ -154,6 +155,15 @@ class RoundWorkflow(SiteAwareController):
                                         "waited_for_sites": waited})
                 return None, waited
             self.info(f"round {round_index + 1}: {back} back; sending the round again")
+
+    def progress(self) -> dict[str, Any]:
+        """The run's rounds so far for the admin's `show_stats` (server_app.progress); {} before the loop starts."""
+        recorder = getattr(self, "recorder", None)
+        if recorder is None:
+            return {}
+        current = getattr(self, "_round_index", None)
+        return round_progress(recorder.record, self.job.num_rounds, None if current is None else current + 1,
+                              self._started_at)
 
     def take_round(self, round_index: int, results: list[FLModel]) -> RoundIntake:
         """The round's intake: the sites' validated updates, or with `secure_aggregation` their masked sum."""

@@ -19,7 +19,9 @@ from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_constant import FLContextKey
 from nvflare.apis.fl_context import FLContext
 from nvflare.app_common.workflows.model_controller import ModelController
+from nvflare.widgets.info_collector import GroupInfoCollector, InfoCollector
 
+from server_app.progress import PROGRESS_STATS
 from server_app.rejoin import accept_returning_sites
 from server_app.site_events import REJOINED, RETURNED, describe, last_event_by_site
 
@@ -109,10 +111,20 @@ class SiteAwareController(ModelController):
         return "aborted", f"aborted during {where}"
 
     def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
-        """Remember why FLARE ends the run (its fatal-error event precedes the abort), to tell it from an admin's."""
+        """Remember why FLARE ends the run (its fatal-error event precedes the abort), to tell it from an admin's;
+        answer the admin's `show_stats` with the run's `progress`."""
         if event_type == EventType.FATAL_SYSTEM_ERROR and not self._flare_stop_reason:
             self._flare_stop_reason = str(fl_ctx.get_prop(FLContextKey.EVENT_DATA, "") or "fatal error")
+        elif event_type == InfoCollector.EVENT_TYPE_GET_STATS:
+            collector = fl_ctx.get_prop(InfoCollector.CTX_KEY_STATS_COLLECTOR)
+            progress = self.progress()
+            if isinstance(collector, GroupInfoCollector) and progress:
+                collector.add_info(group_name=PROGRESS_STATS, info=progress)
         super().handle_event(event_type, fl_ctx)
+
+    def progress(self) -> dict[str, Any]:
+        """What `show_stats JOB server` says of this run (server_app.progress); nothing unless the workflow says."""
+        return {}
 
     def quiet_outcomes(self, quiet: Iterable[str]) -> dict[str, str]:
         """Each of the `quiet` sites (they did not answer) with what the server heard about it: the one wording of a

@@ -185,9 +185,10 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
         return AuditLog(PolicyInForce.read(Path(fl_ctx.get_engine().get_workspace().get_site_config_dir())).records)
 
     def _audit_received(self, task_name: str, received: FLModel, fl_ctx: FLContext) -> None:
-        """What reached the site: the task, its round and the bytes of the arrays it carries (the site's status page
-        shows the job's round from it, while the site still works on that round)."""
-        self._round = received.current_round
+        """What reached the site: the task, its round (counted from 1, as results.json counts; FLARE's wire counts
+        from 0) and the bytes of the arrays it carries (the site's status page shows the job's round from it, while
+        the site still works on that round)."""
+        self._round = None if received.current_round is None else received.current_round + 1
         arrays = sum(int(getattr(v, "nbytes", 0)) for v in (received.params or {}).values())
         self._audit_log(fl_ctx).record(TASK_RECEIVED, str(fl_ctx.get_job_id()), task=task_name, round=self._round,
                                        array_bytes=arrays)

@@ -64,7 +64,7 @@ def test_every_result_that_leaves_is_in_the_audit_log_with_its_size_and_hash(tmp
     payload = fobs.dumps(reply)
     received, entry = AuditLog(tmp_path / "local").entries("job-1")
     assert received["event"] == TASK_RECEIVED and received["task"] == "train" and received["array_bytes"] == 8
-    assert entry["event"] == RESULT_SENT and entry["task"] == "train" and entry["round"] == received["round"] == 3
+    assert entry["event"] == RESULT_SENT and entry["task"] == "train" and entry["round"] == received["round"] == 4
     assert entry["payload_bytes"] == len(payload) and entry["payload_sha256"] == hashlib.sha256(payload).hexdigest()
 
 
