@@ -33,10 +33,13 @@ def _unit(description: str, user: str, kit: Path, bin_dir: Path, service: list[s
     return "\n".join(lines)
 
 
-def site_unit(kit: SiteKit, user: str, bin_dir: Path, timeout: float = SERVICE_TIMEOUT_S) -> str:
-    """The site's unit: `site-agent start` supervises FLARE's client and tells systemd when the site has joined."""
+def site_unit(kit: SiteKit, user: str, bin_dir: Path, timeout: float = SERVICE_TIMEOUT_S,
+              status_port: int | None = None) -> str:
+    """The site's unit: `site-agent start` supervises FLARE's client and tells systemd when the site has joined;
+    with `status_port` it also serves the site's status page on 127.0.0.1 (its link goes to the journal)."""
+    page = f" --status-port {status_port}" if status_port is not None else ""
     return _unit(f"FLARE site {kit.site_name} (hospital-fl site agent)", user, kit.root, bin_dir, [
-        f"ExecStart={bin_dir / 'site-agent'} start --kit {kit.root} --timeout {timeout:g}",
+        f"ExecStart={bin_dir / 'site-agent'} start --kit {kit.root} --timeout {timeout:g}{page}",
         "Type=notify",
         "NotifyAccess=main",
         f"# ready once the server registered the site: preflight and imports, then at most {timeout:g} s",
@@ -67,7 +70,7 @@ def server_unit(kit_dir: Path, user: str, bin_dir: Path) -> str:
 
 
 def unit_for(kit_dir: Path, user: str | None = None, timeout: float = SERVICE_TIMEOUT_S,
-             bin_dir: Path | None = None) -> tuple[str, str]:
+             bin_dir: Path | None = None, status_port: int | None = None) -> tuple[str, str]:
     """(unit file name, unit text) for a site kit or the server's kit, run by `user` (default: the kit's owner)
     with the programs of `bin_dir` (default: this environment's, so the unit runs the agent that wrote it)."""
     kit_dir = Path(kit_dir).resolve()
@@ -76,12 +79,12 @@ def unit_for(kit_dir: Path, user: str | None = None, timeout: float = SERVICE_TI
     if (kit_dir / "startup" / "fed_server.json").is_file():
         return f"fl-server-{kit_dir.name}.service", server_unit(kit_dir, user, bin_dir)
     kit = SiteKit.open(kit_dir)
-    return f"fl-{kit.site_name}.service", site_unit(kit, user, bin_dir, timeout)
+    return f"fl-{kit.site_name}.service", site_unit(kit, user, bin_dir, timeout, status_port)
 
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        name, text = unit_for(Path(args.kit), args.user, args.timeout)
+        name, text = unit_for(Path(args.kit), args.user, args.timeout, status_port=args.status_port)
     except KitError as exc:
         print(f"site-agent service: {exc}", file=sys.stderr)
         return 1
@@ -103,4 +106,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--timeout", type=float, default=SERVICE_TIMEOUT_S,
                         help="seconds the server has to register the site at each start (site kits)")
     parser.add_argument("--out", help="write the unit to this file (default: print it)")
+    parser.add_argument("--status-port", type=int, metavar="PORT",
+                        help="the site's unit also serves its status page on 127.0.0.1:PORT (site kits)")
     parser.set_defaults(func=_run)

@@ -31,12 +31,16 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import psutil
 
 from site_agent.kit import KitError, SiteKit, certificate_organisation
 from site_agent.preflight import FAIL, CheckResult, check_certificate, check_policy, check_server, format_table
 from site_agent.processes import stop_process_tree
+
+if TYPE_CHECKING:
+    from werkzeug.serving import BaseWSGIServer
 
 CLIENT_MODULE = "nvflare.private.fed.app.client.client_train"
 REGISTERED = "Successfully registered client:"  # FLARE 2.9, nvflare/private/fed/client/fed_client_base.py
@@ -232,16 +236,38 @@ def exit_status(returncode: int) -> int:
     return returncode or EXIT_UNAVAILABLE
 
 
-def start_site(kit_dir: Path, timeout: float = DEFAULT_TIMEOUT_S, preflight: bool = True) -> int:
+def start_site(kit_dir: Path, timeout: float = DEFAULT_TIMEOUT_S, preflight: bool = True,
+               status_port: int | None = None) -> int:
     """Start, watch and supervise the site's client; returns the exit status. `preflight=False` leaves the refusal
-    to the registration watch alone (tests use it to show that the watch names a refusal by itself)."""
+    to the registration watch alone (tests use it to show that the watch names a refusal by itself). With
+    `status_port` the site's status page is served on 127.0.0.1 meanwhile (a page that cannot be served is logged;
+    the site starts all the same)."""
     kit_dir = Path(kit_dir).resolve()
     log = SiteLog(kit_dir / LOG_NAME) if kit_dir.is_dir() else SiteLog(Path(os.devnull))
     stop = StopRequest()
+    page = _status_page(kit_dir, status_port, log) if status_port is not None else None
     try:
         return _start(kit_dir, timeout, preflight, log, stop)
     finally:
         stop.restore()
+        if page is not None:
+            page.shutdown()
+
+
+def _status_page(kit_dir: Path, port: int, log: SiteLog) -> BaseWSGIServer | None:
+    """The site's status page served from a thread of this supervisor (site_agent.status): it reads the kit's
+    records and probes the server at most twice a minute, so it costs the site's client nothing."""
+    from fl_runtime.status_server import StatusServerError
+    from site_agent.status.cli import open_page
+
+    try:
+        server, link = open_page(kit_dir, port=port)
+    except (StatusServerError, KitError) as exc:
+        log(f"no status page: {exc}")
+        return None
+    threading.Thread(target=server.serve_forever, name="status-page", daemon=True).start()
+    log(link)
+    return server
 
 
 def _start(kit_dir: Path, timeout: float, preflight: bool, log: SiteLog, stop: StopRequest) -> int:
@@ -325,7 +351,7 @@ def _give_up(refusal: Refusal, log: SiteLog, action: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return start_site(Path(args.kit), args.timeout)
+    return start_site(Path(args.kit), args.timeout, status_port=args.status_port)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -333,4 +359,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--kit", required=True, help="folder of this site's startup kit")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                         help="seconds the server has to register the site before the start counts as refused")
+    parser.add_argument("--status-port", type=int, metavar="PORT",
+                        help="also serve the site's status page on 127.0.0.1:PORT (site-agent status --serve)")
     parser.set_defaults(func=_run)

@@ -13,25 +13,39 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from werkzeug.serving import BaseWSGIServer
 
 DEFAULT_PORT = 8442
 TOKEN_FILE = "status_token"
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from fl_runtime.status_server import StatusServerError, bind, load_or_create_token, page_url, status_app
+def open_page(kit_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+              allow_remote: bool = False) -> tuple[BaseWSGIServer, str]:
+    """The kit's page bound to host:port (not serving yet: call `serve_forever`) and its link with the token;
+    StatusServerError when the address is refused or taken, KitError for a bad kit."""
+    from fl_runtime.status_server import bind, load_or_create_token, page_url, status_app
     from site_agent.status.metrics import site_metrics
     from site_agent.status.snapshot import SiteStatus, SiteStatusSource
 
-    source = SiteStatusSource(Path(args.kit))
+    source = SiteStatusSource(Path(kit_dir))
     token = load_or_create_token(source.kit.root / "local" / TOKEN_FILE)
     app = status_app("site_agent.status", "site_status.html", source, SiteStatus.to_json, site_metrics, token)
+    server = bind(app, host, port, allow_remote)
+    return server, f"site {source.kit.site_name}: status page at {page_url(server, token)}"
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from fl_runtime.status_server import StatusServerError
+
     try:
-        server = bind(app, args.host, args.port, args.allow_remote)
+        server, link = open_page(Path(args.kit), args.host, args.port, args.allow_remote)
     except StatusServerError as exc:
         print(f"site-agent status: {exc}", file=sys.stderr)
         return 1
-    print(f"site {source.kit.site_name}: status page at {page_url(server, token)} (Ctrl-C stops it)", flush=True)
+    print(f"{link} (Ctrl-C stops it)", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,6 +241,16 @@ def _wait_ready(listener: socket.socket, process: subprocess.Popen) -> None:
     raise AssertionError("the site did not register within 120 s")
 
 
+def _status_json(output: str) -> dict:
+    """The status page `site-agent start --status-port` logged the link of, read with its token."""
+    found = re.search(r"status page at (http://127\.0\.0\.1:\d+)/\?token=(\S+)", output)
+    assert found, output
+    request = urllib.request.Request(found.group(1) + "/status.json",
+                                     headers={"Authorization": f"Bearer {found.group(2)}"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return dict(json.loads(answer.read()))
+
+
 def test_a_good_kit_registers_a_crashed_client_ends_start_and_a_new_start_rejoins(running, tmp_path):
     kit = running.federation.kit(SITE)
     notify_path = str(tmp_path / "notify")
@@ -258,11 +270,14 @@ def test_a_good_kit_registers_a_crashed_client_ends_start_and_a_new_start_rejoin
             assert first.wait(timeout=30) == 128 + signal.SIGKILL
             assert not crashed.is_running()
 
-            second = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+            second = subprocess.Popen([*command, "--status-port", "0"], env=env, stdout=subprocess.DEVNULL,
                                       stderr=(tmp_path / "second.err").open("w"))
             _wait_ready(listener, second)
             assert SITE in running.connected()
             client = _flare_client(second)
+            status = _status_json((tmp_path / "second.err").read_text())  # the page the service unit's switch serves
+            assert status["connection"]["client_pid"] == client.pid and status["connection"]["server_status"] == "OK"
+            assert status["connection"]["registered_at"]
 
             second.send_signal(signal.SIGTERM)  # systemctl stop
             assert second.wait(timeout=40) == 0

@@ -52,6 +52,15 @@ def test_site_unit_runs_the_start_check_and_restarts_what_can_recover(federation
     assert settings["WantedBy"] == ["multi-user.target"]
 
 
+def test_the_status_page_switch_serves_the_site_page_from_the_unit(federation):
+    kit = federation.kit("site-1")
+
+    _, unit = unit_for(kit, user="flare", timeout=30, bin_dir=Path("/opt/fl/venv/bin"), status_port=8442)
+
+    assert _settings(unit)["ExecStart"] == [
+        f"/opt/fl/venv/bin/site-agent start --kit {kit} --timeout 30 --status-port 8442"]
+
+
 def test_server_unit_runs_flare_server_as_its_start_script_does(federation):
     kit = federation.kit(federation.server)
 
