@@ -138,6 +138,8 @@ def _list(_: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`fl-job`: list, docs and status, and export / submit / simulate with one sub-command per job kind, whose
+    options come from the kind's parameters."""
     parser = argparse.ArgumentParser(prog="fl-job", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])

@@ -16,20 +16,21 @@ werkzeug's threaded server runs the app: no HTTP handling of our own.
 
 from __future__ import annotations
 
+import argparse
 import hmac
 import ipaddress
 import os
 import secrets
 import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flask import Flask, Response, redirect, render_template, request
-from jinja2 import ChoiceLoader, PackageLoader
-from prometheus_client import CONTENT_TYPE_LATEST
-from werkzeug.serving import BaseWSGIServer, make_server
-from werkzeug.wrappers import Response as BaseResponse
+if TYPE_CHECKING:  # Flask and werkzeug load when a page is made: the commands' --help stays fast
+    from flask import Flask
+    from werkzeug.serving import BaseWSGIServer
+    from werkzeug.wrappers import Response as BaseResponse
 
 TOKEN_COOKIE = "status_token"
 REFRESH_S = 5
@@ -65,6 +66,8 @@ def load_or_create_token(path: Path) -> str:
 
 
 def _presented_token() -> str:
+    from flask import request
+
     header = request.headers.get("Authorization", "")
     if header.startswith("Bearer "):
         return header[len("Bearer "):].strip()
@@ -76,6 +79,10 @@ def status_app(name: str, template: str, snapshot: Callable[[], Any], as_json: C
     """The page app: `/` renders `template` (found in package `name`'s templates/, beside this package's
     `status_base.html`) with `status=snapshot()`, `/status.json` serves `as_json` of it and `/metrics` the
     Prometheus text `metrics` makes of it."""
+    from flask import Flask, Response, redirect, render_template, request
+    from jinja2 import ChoiceLoader, PackageLoader
+    from prometheus_client import CONTENT_TYPE_LATEST
+
     app = Flask(name, static_folder=None)  # no file is served, whatever the path
     app.jinja_loader = ChoiceLoader([PackageLoader(name), PackageLoader("fl_runtime")])
 
@@ -123,6 +130,8 @@ def is_loopback(host: str) -> bool:
 def bind(app: Flask, host: str, port: int, allow_remote: bool = False) -> BaseWSGIServer:
     """A threaded server for `app` on host:port (port 0: any free one; the server's `port` says which), refused on
     an address other than loopback unless `allow_remote`."""
+    from werkzeug.serving import make_server
+
     if not allow_remote and not is_loopback(host):
         raise StatusServerError(f"{host!r} is not a loopback address: the status page binds to 127.0.0.1 unless "
                                 "--allow-remote is given (then put it behind the hospital's reverse proxy with TLS)")
@@ -136,3 +145,31 @@ def bind(app: Flask, host: str, port: int, allow_remote: bool = False) -> BaseWS
 def page_url(server: BaseWSGIServer, token: str) -> str:
     host = server.host if ":" not in server.host else f"[{server.host}]"
     return f"http://{host}:{server.port}/?token={token}"
+
+
+def add_serve_options(parser: argparse.ArgumentParser, default_port: int) -> None:
+    """--json, --serve, --host, --port and --allow-remote: the options both status commands take."""
+    parser.add_argument("--json", action="store_true", help="print the status as JSON")
+    parser.add_argument("--serve", action="store_true", help="serve the read-only page and /metrics")
+    parser.add_argument("--host", default="127.0.0.1", help="address to serve on (loopback unless --allow-remote)")
+    parser.add_argument("--port", type=int, default=default_port, help="port to serve on (0: any free port)")
+    parser.add_argument("--allow-remote", action="store_true",
+                        help="allow an address other than loopback (put the page behind a TLS reverse proxy)")
+
+
+def serve(open_server: Callable[[], tuple[BaseWSGIServer, str]], program: str) -> int:
+    """Bind with `open_server` (the server and the line naming its link), print the line and serve until Ctrl-C or
+    SIGTERM; 1 with the reason when the page cannot be served."""
+    try:
+        server, line = open_server()
+    except StatusServerError as exc:
+        print(f"{program}: {exc}", file=sys.stderr)
+        return 1
+    print(f"{line} (Ctrl-C stops it)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0

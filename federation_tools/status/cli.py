@@ -16,7 +16,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fl_runtime.status_server import add_serve_options, serve
+
 if TYPE_CHECKING:
+    from werkzeug.serving import BaseWSGIServer
+
     from federation_tools.status.snapshot import StudyStatusSource
 
 DEFAULT_PORT = 8443
@@ -39,7 +43,7 @@ def run(args: argparse.Namespace, username: str) -> int:
     source = StudyStatusSource(session, admin_server(kit))
     try:
         if args.serve:
-            return _serve(args, kit, source)
+            return serve(lambda: _open(args, kit, source), "fl-job status")
         status = source()
     finally:
         source.link.close_own()
@@ -55,35 +59,19 @@ def run(args: argparse.Namespace, username: str) -> int:
     return 1 if status.problem else 0
 
 
-def _serve(args: argparse.Namespace, kit: Path, source: StudyStatusSource) -> int:
+def _open(args: argparse.Namespace, kit: Path, source: StudyStatusSource) -> tuple[BaseWSGIServer, str]:
     from federation_tools.status.metrics import study_metrics
     from federation_tools.status.snapshot import StudyStatus
-    from fl_runtime.status_server import StatusServerError, bind, load_or_create_token, page_url, status_app
+    from fl_runtime.status_server import bind, load_or_create_token, page_url, status_app
 
     token = load_or_create_token(kit / "local" / TOKEN_FILE)
     app = status_app("federation_tools.status", "study_status.html", source, StudyStatus.to_json, study_metrics,
                      token)
-    try:
-        server = bind(app, args.host, args.port, args.allow_remote)
-    except StatusServerError as exc:
-        print(f"fl-job status: {exc}", file=sys.stderr)
-        return 1
-    print(f"study status page at {page_url(server, token)} (Ctrl-C stops it)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    return 0
+    server = bind(app, args.host, args.port, args.allow_remote)
+    return server, f"study status page at {page_url(server, token)}"
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--admin-kit", required=True, help="the admin's startup kit folder")
     parser.add_argument("--connect-timeout", type=float, default=30.0)
-    parser.add_argument("--json", action="store_true", help="print the status as JSON")
-    parser.add_argument("--serve", action="store_true", help="serve the read-only page and /metrics")
-    parser.add_argument("--host", default="127.0.0.1", help="address to serve on (loopback unless --allow-remote)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to serve on (0: any free port)")
-    parser.add_argument("--allow-remote", action="store_true",
-                        help="allow an address other than loopback (put the page behind a TLS reverse proxy)")
+    add_serve_options(parser, DEFAULT_PORT)

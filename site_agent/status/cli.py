@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fl_runtime.status_server import add_serve_options
+
 if TYPE_CHECKING:
     from werkzeug.serving import BaseWSGIServer
 
@@ -37,31 +39,16 @@ def open_page(kit_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
     return server, f"site {source.kit.site_name}: status page at {page_url(server, token)}"
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from fl_runtime.status_server import StatusServerError
-
-    try:
-        server, link = open_page(Path(args.kit), args.host, args.port, args.allow_remote)
-    except StatusServerError as exc:
-        print(f"site-agent status: {exc}", file=sys.stderr)
-        return 1
-    print(f"{link} (Ctrl-C stops it)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    return 0
-
-
 def _run(args: argparse.Namespace) -> int:
     """`site-agent status`: the page when `--serve`, else one status read, as JSON or as a few lines."""
     from site_agent.kit import KitError
 
     try:
         if args.serve:
-            return _serve(args)
+            from fl_runtime.status_server import serve
+
+            return serve(lambda: open_page(Path(args.kit), args.host, args.port, args.allow_remote),
+                         "site-agent status")
         from site_agent.status.snapshot import SiteStatusSource
 
         status = SiteStatusSource(Path(args.kit))()
@@ -88,10 +75,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("status", help="the site's status (connection, jobs, what left, budget, policy, "
                                                   "audit, data); --serve serves it as a page with /metrics")
     parser.add_argument("--kit", required=True, help="folder of this site's startup kit")
-    parser.add_argument("--json", action="store_true", help="print the status as JSON")
-    parser.add_argument("--serve", action="store_true", help="serve the read-only page and /metrics")
-    parser.add_argument("--host", default="127.0.0.1", help="address to serve on (loopback unless --allow-remote)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to serve on (0: any free port)")
-    parser.add_argument("--allow-remote", action="store_true",
-                        help="allow an address other than loopback (put the page behind a TLS reverse proxy)")
+    add_serve_options(parser, DEFAULT_PORT)
     parser.set_defaults(func=_run)

@@ -142,8 +142,8 @@ def test_site_and_study_pages_follow_a_running_job(running_federation, pages, tm
     sent = [e for e in AuditLog(running_federation.federation.kit("site-1") / "local").entries(job_id)
             if e["event"] == RESULT_SENT]
     ended = _until("site-1's page showing the job ended", lambda: site.metrics(),
-                   lambda m: m.get(("site_agent_jobs", (("state", "running"),))) == 0, timeout=60)
-    counted = ended[("site_agent_results_sent_total", (("job_id", job_id), ("kind", KIND.name)))]
+                   lambda m: m.get(("site_agent_jobs", (("site", "site-1"), ("state", "running")))) == 0, timeout=60)
+    counted = ended[("site_agent_results_sent_total", (("job_id", job_id), ("kind", KIND.name), ("site", "site-1")))]
     assert counted == len(sent)
     assert len(recorded) <= counted <= len(recorded) + 1  # the aborted round's answer may have left, unrecorded
 

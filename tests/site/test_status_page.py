@@ -144,12 +144,36 @@ def test_metrics_parse_and_match_the_ledger_and_audit_log(page: Page) -> None:
     ledger, audit = Ledger(page.kit / "local"), AuditLog(page.kit / "local")
     sent = [e for e in audit.entries("job-ran") if e["event"] == RESULT_SENT]
     job = (("job_id", "job-ran"), ("kind", "fedavg-linear"))
-    assert samples[("site_agent_results_sent_total", job)] == len(sent) == 3
-    assert samples[("site_agent_result_bytes_total", (*job, ("masked", "no")))] == sum(e["payload_bytes"] for e in sent)
-    assert samples[("site_agent_epsilon_spent", ())] == pytest.approx(ledger.totals().epsilon)
-    assert samples[("site_agent_jobs_charged_total", ())] == ledger.totals().jobs == 1
-    assert samples[("site_agent_refusals_total", (("event", JOB_REFUSED),))] == 1
-    assert samples[("site_agent_jobs", (("state", "refused"),))] == 1
+    site = (("site", "site-1"),)
+    assert samples[("site_agent_results_sent_total", (*job, *site))] == len(sent) == 3
+    assert samples[("site_agent_result_bytes_total", (*job, ("masked", "no"), *site))] == sum(
+        e["payload_bytes"] for e in sent)
+    assert samples[("site_agent_epsilon_spent", site)] == pytest.approx(ledger.totals().epsilon)
+    assert samples[("site_agent_jobs_charged_total", site)] == ledger.totals().jobs == 1
+    assert samples[("site_agent_refusals_total", (("event", JOB_REFUSED), *site))] == 1
+    assert samples[("site_agent_jobs", (*site, ("state", "refused")))] == 1
+
+
+def test_the_grafana_dashboard_charts_only_metrics_the_pages_export(page: Page) -> None:
+    """docs/grafana-dashboard.json: every metric its queries name is one the site's or the study lead's page serves,
+    and its site filter is a label every site metric carries."""
+    from federation_tools.status.metrics import study_metrics
+    from federation_tools.status.progress import Progress
+    from federation_tools.status.snapshot import JobRow, SiteRow, StudyStatus
+
+    progress = Progress(10, 2, 3, 1.0, 8.0, {}, {}, {"loss": [1.0, 0.5]}, {"site-1": [10, 10]})
+    study = StudyStatus("server:1", "started", "", "now", [SiteRow("site-1", True, "now", 1.0)],
+                        [JobRow("j", "n", "fedavg-linear", "RUNNING", "a", "", "", ["site-1"], progress)])
+    families = {f.name: f for text in (page.get("/metrics", token=page.token)[1], study_metrics(study).decode())
+                for f in text_string_to_metric_families(text)}
+    exported = set(families) | {s.name for f in families.values() for s in f.samples}
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json").read_text())
+    queries = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
+    named = {m for q in queries for m in re.findall(r"\b((?:site_agent|federation)_[a-z_]+)\b", q)}
+    assert named and named <= exported, named - exported
+    for family in families.values():
+        if family.name.startswith("site_agent"):
+            assert all(s.labels.get("site") == "site-1" for s in family.samples), family.name
 
 
 def test_the_page_binds_to_loopback_only_unless_allowed(provisioned, tmp_path: Path) -> None:
