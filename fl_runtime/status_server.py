@@ -65,13 +65,20 @@ def load_or_create_token(path: Path) -> str:
     return token
 
 
-def _presented_token() -> str:
+def _cookie_name() -> str:
+    """The token's cookie, one per page: browsers share cookies across the ports of one host, and the site's page
+    and the study lead's may run on the same machine."""
+    from flask import request
+
+    return f"{TOKEN_COOKIE}_{request.host.rsplit(':', 1)[-1]}"
+
+
+def _presented_tokens() -> list[str]:
     from flask import request
 
     header = request.headers.get("Authorization", "")
-    if header.startswith("Bearer "):
-        return header[len("Bearer "):].strip()
-    return request.cookies.get(TOKEN_COOKIE) or request.args.get("token", "")
+    return [header[len("Bearer "):].strip() if header.startswith("Bearer ") else "",
+            request.args.get("token", ""), request.cookies.get(_cookie_name(), "")]
 
 
 def status_app(name: str, template: str, snapshot: Callable[[], Any], as_json: Callable[[Any], dict[str, Any]],
@@ -88,13 +95,13 @@ def status_app(name: str, template: str, snapshot: Callable[[], Any], as_json: C
 
     @app.before_request
     def _guard() -> BaseResponse | None:
-        if not hmac.compare_digest(_presented_token().encode(), token.encode()):
+        if not any(hmac.compare_digest(presented.encode(), token.encode()) for presented in _presented_tokens()):
             return Response("401: this page needs its token (the link its command printed at start, or "
                             "Authorization: Bearer TOKEN)\n", status=401, mimetype="text/plain",
                             headers={"WWW-Authenticate": 'Bearer realm="status"'})
         if "token" in request.args and request.method == "GET":  # keep it in a cookie, out of the address bar
             answer = redirect(request.path, code=303)
-            answer.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict")
+            answer.set_cookie(_cookie_name(), token, httponly=True, samesite="Strict")
             return answer
         return None
 

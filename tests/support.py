@@ -7,7 +7,8 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,26 +53,38 @@ def chromium() -> str:
     return found
 
 
-def _headless(page: Path | str) -> list[str]:
-    """Chromium's headless command line for a page file or a page served on 127.0.0.1: every other host is refused,
-    so a page that tried to fetch anything would show it."""
-    url = page if isinstance(page, str) else Path(page).resolve().as_uri()
-    return [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", url]
-
-
-def screenshot(page: Path | str, out: Path, width: int = 1200, height: int = 1000) -> Path:
-    """`page` (a file, or the URL of a page on 127.0.0.1) rendered by headless Chromium into the PNG `out`."""
-    command = _headless(page)
-    subprocess.run([*command[:-1], f"--window-size={width},{height}", f"--screenshot={out}", command[-1]],
+def screenshot(page: Path, out: Path, width: int = 1200, height: int = 1000) -> Path:
+    """`page` rendered by headless Chromium (Debian's) into the PNG `out`; the page must fetch nothing, so every
+    request but the file itself is refused."""
+    subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--host-resolver-rules=MAP * ~NOTFOUND", f"--window-size={width},{height}",
+                    f"--screenshot={out}", Path(page).resolve().as_uri()],
                    check=True, capture_output=True, timeout=120)
     return out
 
 
-def rendered_dom(page: Path | str) -> str:
-    """The page's DOM as headless Chromium built it (after redirects), serialised."""
-    return subprocess.run([*_headless(page)[:-1], "--dump-dom", _headless(page)[-1]], check=True,
-                          capture_output=True, text=True, timeout=120).stdout
+@contextmanager
+def browser(width: int = 1200, height: int = 1400) -> Iterator[Any]:
+    """Headless Debian chromium driven through Selenium by Debian's chromedriver (given by path, so Selenium never
+    downloads a driver or a browser); every host but 127.0.0.1 is refused. Quit at the end."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary = chromium()
+    driver_path = shutil.which("chromedriver")
+    require(None if driver_path else "chromedriver not installed (apt-get install chromium-driver)",
+            "a browser driver")
+    assert driver_path is not None
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                     f"--window-size={width},{height}", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 def non_blank(png: Path) -> bool:

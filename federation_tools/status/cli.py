@@ -31,7 +31,7 @@ def run(args: argparse.Namespace, username: str) -> int:
     """`fl-job status`: one read printed (or as JSON), or the page served until Ctrl-C."""
     from nvflare.fuel.flare_api.flare_api import new_secure_session
 
-    from federation_tools.status.snapshot import StudyStatusSource, admin_server
+    from federation_tools.status.snapshot import StudyStatusSource, admin_settings
 
     kit = Path(args.admin_kit).resolve()
     try:
@@ -40,7 +40,8 @@ def run(args: argparse.Namespace, username: str) -> int:
         print(f"fl-job status: {exc} (the server's address is in {kit / 'startup' / 'fed_admin.json'})",
               file=sys.stderr)
         return 1
-    source = StudyStatusSource(session, admin_server(kit))
+    server, downloads = admin_settings(kit)
+    source = StudyStatusSource(session, server, downloads)
     try:
         if args.serve:
             return serve(lambda: _open(args, kit, source), "fl-job status")
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace, username: str) -> int:
 
 
 def _open(args: argparse.Namespace, kit: Path, source: StudyStatusSource) -> tuple[BaseWSGIServer, str]:
+    from federation_tools.status.job_report import add_job_reports
     from federation_tools.status.metrics import study_metrics
     from federation_tools.status.snapshot import StudyStatus
     from fl_runtime.status_server import bind, load_or_create_token, page_url, status_app
@@ -67,6 +69,8 @@ def _open(args: argparse.Namespace, kit: Path, source: StudyStatusSource) -> tup
     token = load_or_create_token(kit / "local" / TOKEN_FILE)
     app = status_app("federation_tools.status", "study_status.html", source, StudyStatus.to_json, study_metrics,
                      token)
+    if source.downloads is not None:
+        add_job_reports(app, source, source.downloads)
     server = bind(app, args.host, args.port, args.allow_remote)
     return server, f"study status page at {page_url(server, token)}"
 

@@ -20,6 +20,7 @@ from typing import Any
 from nvflare.fuel.flare_api.flare_api import Session
 
 from federation_tools.admin import Reconnecting
+from federation_tools.status.job_report import results_path
 from federation_tools.status.progress import Progress, progress_of
 from fl_contract.job_privacy import JOB_KIND_KEY
 from server_app.rejoin import SITE_RETURNS_KEY
@@ -57,6 +58,8 @@ class JobRow:
     progress: Progress | None = None
     site_returns: list[dict[str, Any]] = field(default_factory=list)
     """What the server said of each site that registered again during the job (back in it, or why not)."""
+    downloaded: bool = False
+    """Its results are in this admin kit's downloads: the page links its report (`/jobs/JOB_ID`)."""
 
     @property
     def running(self) -> bool:
@@ -107,9 +110,10 @@ def _deployed_sites(meta: dict[str, Any]) -> list[str]:
 class StudyStatusSource:
     """A `StudyStatus` on each call, through one admin session that reconnects when the server restarts."""
 
-    def __init__(self, session: Session, server: str):
+    def __init__(self, session: Session, server: str, downloads: Path | None = None):
         self.link = Reconnecting(session, lambda _: None)
         self.server = server
+        self.downloads = downloads
         self._lock = threading.Lock()
         self._cached: tuple[float, StudyStatus] | None = None
 
@@ -140,6 +144,7 @@ class StudyStatusSource:
                      submitted=str(meta.get("submit_time_iso", ""))[:19],
                      duration=str(meta.get("duration", "")).split(".")[0], sites=_deployed_sites(meta),
                      site_returns=list(meta.get(SITE_RETURNS_KEY) or []))
+        job.downloaded = self.downloads is not None and results_path(self.downloads, job.job_id) is not None
         if job.running:
             try:
                 stats = self.link.run(Session.show_stats, job.job_id, "server")
@@ -149,10 +154,9 @@ class StudyStatusSource:
         return job
 
 
-def admin_server(kit: Path) -> str:
-    """The server's address as the admin kit names it, for the page's heading."""
+def admin_settings(kit: Path) -> tuple[str, Path]:
+    """The server's address as the admin kit names it (the page's heading) and the kit's downloads folder."""
     import json
 
-    config = json.loads((Path(kit) / "startup" / "fed_admin.json").read_text())
-    admin = config.get("admin", {})
-    return f"{admin.get('host', '?')}:{admin.get('port', '?')}"
+    admin = json.loads((Path(kit) / "startup" / "fed_admin.json").read_text()).get("admin", {})
+    return f"{admin.get('host', '?')}:{admin.get('port', '?')}", Path(kit) / str(admin.get("download_dir", "transfer"))

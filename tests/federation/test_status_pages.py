@@ -9,14 +9,17 @@ import re
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support import ADMIN, SITES, non_blank, rendered_dom, screenshot
+from selenium.webdriver.common.by import By
+from support import ADMIN, SITES, browser, non_blank
 
 from federation_tools.admin import follow_job
 from federation_tools.job_cli import main as fl_job
@@ -115,17 +118,19 @@ def test_site_and_study_pages_follow_a_running_job(running_federation, pages, tm
             assert job["kind"] == KIND.name and job["progress"]["num_rounds"] == 300
             assert job["progress"]["eta_s"] > 0 and set(job["progress"]["bytes"]) == set(SITES)
 
-            study_dom, site_dom = rendered_dom(study.link), rendered_dom(site.link)
-            assert "&lt;script&gt;alert(1)&lt;/script&gt;../../trial" in study_dom and "<script>" not in study_dom
-            assert "&lt;script&gt;alert(1)&lt;/script&gt;" in site_dom and "<script>" not in site_dom
-            round_cell = re.search(r'class="num job-round">(\d+)<', site_dom)
-            assert round_cell and int(round_cell.group(1)) >= 2
-            assert re.search(r"round \d+ of 300 done", study_dom)
-            for site_name in SITES:
-                assert f"<td>{site_name}</td>" in study_dom
-            assert study_dom.count("site-state connected") == len(SITES)
-            for page, name in ((site, "site-status.png"), (study, "study-status.png")):
-                assert non_blank(screenshot(page.link, tmp_path / name, height=1400))
+            with browser() as driver:  # as the study lead and site IT open the links the commands printed
+                driver.get(study.link)
+                study_text = driver.find_element(By.TAG_NAME, "body").text
+                assert HOSTILE_NAME in study_text and not driver.find_elements(By.TAG_NAME, "script")
+                assert re.search(r"round \d+ of 300 done", study_text)
+                connected = driver.find_elements(By.CSS_SELECTOR, "td.site-state.connected")
+                assert sorted(row.find_element(By.XPATH, "..").text.split()[0] for row in connected) == SITES
+                assert driver.save_screenshot(str(tmp_path / "study-status.png"))
+                driver.get(site.link)
+                assert HOSTILE_NAME in driver.find_element(By.TAG_NAME, "body").text
+                assert int(driver.find_element(By.CSS_SELECTOR, "td.job-round").text) >= 2
+                assert driver.save_screenshot(str(tmp_path / "site-status.png"))
+            assert non_blank(tmp_path / "study-status.png") and non_blank(tmp_path / "site-status.png")
 
             metrics = study.metrics()
             for site_name in SITES:
@@ -148,9 +153,12 @@ def test_site_and_study_pages_follow_a_running_job(running_federation, pages, tm
     assert len(recorded) <= counted <= len(recorded) + 1  # the aborted round's answer may have left, unrecorded
 
 
-def test_fl_job_submit_prints_a_line_per_completed_round_with_what_is_left(running_federation, capsys) -> None:
+def test_fl_job_submit_prints_a_line_per_completed_round_and_the_study_page_reports_the_job(
+        running_federation, pages, capsys, tmp_path: Path) -> None:
     """Not on a terminal (pytest's capture), `fl-job submit` says each round the server's progress shows, in order,
-    with the time per round and an estimate of what is left, and the numbers agree with the job's results.json."""
+    with the time per round and an estimate of what is left; then the study page links the downloaded job's report,
+    and answers 404 for a job id it does not list or a path."""
+    _, study = pages
     code = fl_job(["submit", KIND.name, "--admin-kit", str(running_federation.federation.kit(ADMIN)),
                    "--num-rounds", "20", "--timeout", "300"])
     printed = capsys.readouterr().out
@@ -159,3 +167,19 @@ def test_fl_job_submit_prints_a_line_per_completed_round_with_what_is_left(runni
                                                                     r"about [\d.]+ \S+ left", printed)]
     assert len(done) >= 2 and all(total == 20 for _, total in done), printed
     assert [k for k, _ in done] == sorted({k for k, _ in done}) and done[-1][0] <= 20
+
+    [job_id] = re.findall(r"results of job (\S+):", printed)
+    _until("the study page linking the job's report", lambda: study.get("/"), lambda page: f"/jobs/{job_id}" in page)
+    report = study.get(f"/jobs/{job_id}")
+    assert report.count("update accepted") >= 20 * len(SITES) and "num_rounds" in report and "train_mse" in report
+    with browser() as driver:  # the study lead follows the job's link from the page
+        driver.get(study.link)
+        driver.find_element(By.CSS_SELECTOR, f'a[href="/jobs/{job_id}"]').click()
+        assert driver.current_url == f"{study.base}/jobs/{job_id}"
+        assert "Rounds" in driver.find_element(By.TAG_NAME, "body").text
+        assert driver.save_screenshot(str(tmp_path / "job.png"))
+    assert non_blank(tmp_path / "job.png")
+    for path in (f"/jobs/{uuid.uuid4()}", "/jobs/..%2F..%2Fstartup", "/jobs/../startup/fed_admin.json"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            study.get(path)
+        assert refused.value.code == 404, path

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support import non_blank, rendered_dom, screenshot
+from support import browser, non_blank
 
 from fl_runtime.status_server import StatusServerError, bind, is_loopback
 from site_agent.accounting import Spend
@@ -189,10 +189,23 @@ def test_the_page_binds_to_loopback_only_unless_allowed(provisioned, tmp_path: P
 
 
 def test_the_page_in_chromium(page: Page, tmp_path: Path) -> None:
-    """What site IT sees: the token link opened in headless Chromium renders the page (a non-blank screenshot) and
-    its text names the jobs, the hostile name as text."""
-    link = f"{page.base}/?token={page.token}"
-    dom = rendered_dom(link)
-    assert "Site site-1" in dom and "job-refused" in dom and "&lt;script&gt;alert('name')" in dom
-    assert non_blank(screenshot(link, tmp_path / "site-status.png"))
-    assert "401" in rendered_dom(page.base + "/")  # the browser without the link's token
+    """What site IT sees, driven in headless Chromium: the page refuses a browser without the token, takes the
+    printed link, drops the token from the address bar, shows the hostile name and reason as text (no script
+    element, no alert), and renders (a non-blank screenshot)."""
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+
+    with browser() as driver:
+        driver.get(page.base + "/")
+        assert driver.find_element(By.TAG_NAME, "body").text.startswith("401")
+        driver.get(f"{page.base}/?token={page.token}")
+        assert driver.current_url == page.base + "/" and driver.title == "Site site-1: federated-learning agent"
+        text = driver.find_element(By.TAG_NAME, "body").text
+        assert HOSTILE_NAME in text and HOSTILE_REASON in text and "[dataset brats]" in text
+        assert not driver.find_elements(By.TAG_NAME, "script")
+        with pytest.raises(NoAlertPresentException):
+            driver.switch_to.alert.accept()
+        assert driver.save_screenshot(str(tmp_path / "site-status.png"))
+        driver.get(page.base + "/status.json")  # the cookie alone opens the other routes
+        assert '"site": "site-1"' in driver.find_element(By.TAG_NAME, "body").text.replace('":"', '": "')
+    assert non_blank(tmp_path / "site-status.png")

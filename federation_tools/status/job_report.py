@@ -1,0 +1,108 @@
+"""A finished job's report on the study lead's page (`/jobs/JOB_ID`), from the results this admin downloaded
+(`fl-job submit` and the console's `download_job` put them in `<admin kit>/transfer/JOB_ID/`): its parameters,
+status and stop reason, per round the sites' outcomes and the validation curves, and for a segmentation job the
+Dice plot `fl-seg-report` draws. Nothing is asked of the server: a job not downloaded has no report yet.
+
+A job id is looked up only among the jobs the server listed and must be a FLARE job id (a UUID), so no request
+reads a file outside the downloads.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from federation_tools.status.progress import Progress, progress_of
+from server_app.progress import PROGRESS_STATS, round_progress
+from server_app.results import RESULTS_FILE
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from flask import Flask
+
+    from federation_tools.status.snapshot import StudyStatus
+
+JOB_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+SEGMENTATION = "brats-segmentation"
+
+
+@dataclass(frozen=True)
+class JobReport:
+    job_id: str
+    kind: str
+    status: str
+    reason: str
+    params: list[tuple[str, str]]
+    rounds: list[dict[str, Any]]
+    """Per round: its number and each site's outcome."""
+    progress: Progress | None
+    plot_png: str
+    """The kind's own plot as a base64 PNG ("" when the kind has none)."""
+    results_file: str
+
+
+def results_path(downloads: Path, job_id: str) -> Path | None:
+    """The downloaded results.json of `job_id` (None: not downloaded, or not a job id)."""
+    if not JOB_ID.match(job_id):
+        return None
+    folder = Path(downloads) / job_id
+    found = sorted(folder.rglob(RESULTS_FILE)) if folder.is_dir() else []
+    return found[0] if found else None
+
+
+@functools.lru_cache(maxsize=32)
+def _segmentation_plot(path: Path, modified: float) -> str:
+    """`fl-seg-report`'s Dice plot of the file (cached per file version: matplotlib takes a second)."""
+    from reports.segmentation import plot
+
+    with tempfile.TemporaryDirectory() as tmp:
+        png = plot(json.loads(path.read_text()), Path(tmp) / "dice.png")
+        return base64.b64encode(png.read_bytes()).decode()
+
+
+def job_report(downloads: Path, job_id: str, kind: str) -> JobReport | None:
+    """The report of a downloaded job, or None when it was not downloaded here."""
+    path = results_path(downloads, job_id)
+    if path is None:
+        return None
+    results = json.loads(path.read_text())
+    job = results.get("job", {}) if isinstance(results, dict) else {}
+    params = job.get("params", job) if isinstance(job, dict) else {}
+    rounds = list(results.get("rounds", []))
+    num_rounds = int(params.get("num_rounds", len(rounds)) or len(rounds)) if isinstance(params, dict) else len(rounds)
+    seen = progress_of({PROGRESS_STATS: round_progress(results, num_rounds, None, 0.0)}) if rounds else None
+    plot = ""
+    if kind == SEGMENTATION and rounds:
+        try:
+            plot = _segmentation_plot(path, path.stat().st_mtime)
+        except (KeyError, ValueError, TypeError):  # a run stopped before its first validation: no plot to draw
+            plot = ""
+    return JobReport(
+        job_id=job_id, kind=kind, status=str(results.get("status", "")), reason=str(results.get("error", "")),
+        params=sorted((str(k), json.dumps(v)) for k, v in (params.items() if isinstance(params, dict) else [])),
+        rounds=[{"round": r.get("round"), "outcomes": r.get("outcomes", {})} for r in rounds],
+        progress=seen, plot_png=plot, results_file=str(path.relative_to(Path(downloads))))
+
+
+def add_job_reports(app: Flask, source: Callable[[], StudyStatus], downloads: Path) -> None:
+    """`/jobs/JOB_ID` on the study page: the report of a job the server lists and this admin downloaded."""
+    from flask import abort, render_template
+
+    from fl_runtime.status_server import REFRESH_S
+
+    @app.get("/jobs/<job_id>")
+    def _job(job_id: str) -> str:
+        status = source()
+        job = next((j for j in status.jobs if j.job_id == job_id), None)
+        report = job_report(downloads, job_id, job.kind) if job is not None else None
+        if report is None:
+            abort(404, "no such job among the latest, or its results are not downloaded here "
+                       "(the console's download_job JOB_ID)")
+        return str(render_template("study_job.html", report=report, status=status, refresh_s=REFRESH_S))
