@@ -1,6 +1,6 @@
 """A running job's progress for the admin's `show_stats JOB server` (FLARE's info collector): the rounds done of how
 many, when each ended, each site's last outcome, the sites that came back, the sites' validation metrics averaged per
-round and the bytes each site's link carried per round.
+round and the bytes and seconds each site's link carried and took per round.
 
 `fl-job submit` prints a line (a bar on a terminal) per completed round from it, and the study lead's page
 (`fl-job status --serve`) draws it; both go through FLARE's own admin command, so they need no port or file of ours on
@@ -33,6 +33,12 @@ def _bytes(transfers: Mapping[str, Any]) -> dict[str, int]:
             for site, rows in transfers.items()}
 
 
+def _link_seconds(transfers: Mapping[str, Any]) -> dict[str, float]:
+    """Per site, the seconds its round's transfers took on the link (server_app.transfers: fetch to answer, less the
+    site's own task time)."""
+    return {site: round(sum(float(row.get("seconds") or 0.0) for row in rows), 3) for site, rows in transfers.items()}
+
+
 def round_progress(record: Mapping[str, Any], num_rounds: int, current_round: int | None,
                    started_at: float) -> dict[str, Any]:
     """The progress of a round-based run from its RunRecorder record (`current_round`: the 1-based round being sent,
@@ -49,4 +55,5 @@ def round_progress(record: Mapping[str, Any], num_rounds: int, current_round: in
         "returns": dict(record.get(RETURNS_KEY) or {}),
         "metrics": [_mean_metrics(r.get("sites", {})) for r in rounds],
         "bytes": [_bytes(r.get("transfers", {})) for r in rounds],
+        "link_seconds": [_link_seconds(r.get("transfers", {})) for r in rounds],
     }

@@ -41,6 +41,8 @@ class _StudyCollector(Collector):
                                 labels=["job_id", "kind"])
         sent = CounterMetricFamily("federation_site_transfer_bytes", "bytes each site's link carried in a running "
                                    "job's completed rounds", labels=["job_id", "site"])
+        seconds = CounterMetricFamily("federation_site_transfer_seconds", "seconds those transfers took on each "
+                                      "site's link", labels=["job_id", "site"])
         for job in s.jobs:
             if job.progress is None:
                 continue
@@ -51,7 +53,9 @@ class _StudyCollector(Collector):
                 eta.add_metric(labels, job.progress.eta_s)
             for name, per_round in job.progress.bytes.items():
                 sent.add_metric([job.job_id, name], sum(per_round))
-        yield from (rounds, total, eta, sent)
+            for name, per_round_s in job.progress.link_seconds.items():
+                seconds.add_metric([job.job_id, name], sum(per_round_s))
+        yield from (rounds, total, eta, sent, seconds)
 
 
 def study_metrics(status: StudyStatus) -> bytes:

@@ -24,6 +24,8 @@ class Progress:
     """Each validation metric the sites report, averaged over the sites per round."""
     bytes: dict[str, list[int]]
     """Per site, the bytes its link carried in each completed round (to the site and back)."""
+    link_seconds: dict[str, list[float]]
+    """Per site, the seconds those transfers took on its link in each completed round."""
 
     @property
     def fraction(self) -> float:
@@ -59,6 +61,7 @@ def progress_of(stats: dict[str, Any]) -> Progress | None:
         outcomes=dict(info.get("outcomes", {})), returns=dict(info.get("returns", {})),
         curves={name: [entry.get(name) for entry in metrics] for name in names},
         bytes={site: [int(entry.get(site, 0)) for entry in info.get("bytes", [])] for site in sites},
+        link_seconds={site: [float(entry.get(site, 0.0)) for entry in info.get("link_seconds", [])] for site in sites},
     )
 
 

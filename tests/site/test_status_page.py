@@ -161,7 +161,7 @@ def test_the_grafana_dashboard_charts_only_metrics_the_pages_export(page: Page) 
     from federation_tools.status.progress import Progress
     from federation_tools.status.snapshot import JobRow, SiteRow, StudyStatus
 
-    progress = Progress(10, 2, 3, 1.0, 8.0, {}, {}, {"loss": [1.0, 0.5]}, {"site-1": [10, 10]})
+    progress = Progress(10, 2, 3, 1.0, 8.0, {}, {}, {"loss": [1.0, 0.5]}, {"site-1": [10, 10]}, {"site-1": [0.1, 0.1]})
     study = StudyStatus("server:1", "started", "", "now", [SiteRow("site-1", True, "now", 1.0)],
                         [JobRow("j", "n", "fedavg-linear", "RUNNING", "a", "", "", ["site-1"], progress)])
     families = {f.name: f for text in (page.get("/metrics", token=page.token)[1], study_metrics(study).decode())
