@@ -14,11 +14,13 @@ import functools
 import json
 import re
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from federation_tools.status.progress import Progress, progress_of
+from server_app.fedkt_outputs import GRID_DIR
 from server_app.progress import PROGRESS_STATS, round_progress
 from server_app.results import RESULTS_FILE
 
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     from federation_tools.status.snapshot import StudyStatus
 
 JOB_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-SEGMENTATION = "brats-segmentation"
+SEGMENTATION, PLAYERFL, FEDKT_CSD = "brats-segmentation", "playerfl", "fedkt-csd"
 
 
 @dataclass(frozen=True)
@@ -43,8 +45,8 @@ class JobReport:
     rounds: list[dict[str, Any]]
     """Per round: its number and each site's outcome."""
     progress: Progress | None
-    plot_png: str
-    """The kind's own plot as a base64 PNG ("" when the kind has none)."""
+    figures: list[tuple[str, str]]
+    """The kind's own report figures: (caption, base64 PNG)."""
     results_file: str
 
 
@@ -57,14 +59,36 @@ def results_path(downloads: Path, job_id: str) -> Path | None:
     return found[0] if found else None
 
 
-@functools.lru_cache(maxsize=32)
-def _segmentation_plot(path: Path, modified: float) -> str:
-    """`fl-seg-report`'s Dice plot of the file (cached per file version: matplotlib takes a second)."""
-    from reports.segmentation import plot
+def _encoded(paths: Sequence[Path | None]) -> list[tuple[str, str]]:
+    return [(path.stem.replace("_", " "), base64.b64encode(path.read_bytes()).decode()) for path in paths if path]
 
+
+@functools.lru_cache(maxsize=32)
+def _figures(path: Path, modified: float, kind: str) -> tuple[tuple[str, str], ...]:
+    """The kind's own report figures of the file, drawn by the report commands' code (cached per file version:
+    matplotlib takes a second): segmentation's Dice plot and cross-site heatmap (`fl-seg-report`), PLayer-FL's
+    sensitivity curve and cross-site heatmap (`playerfl-report`), FedKT-CSD's grids of the released classes."""
+    if kind == FEDKT_CSD:
+        return tuple(_encoded(sorted((path.parent / GRID_DIR).glob("*.png"))))
     with tempfile.TemporaryDirectory() as tmp:
-        png = plot(json.loads(path.read_text()), Path(tmp) / "dice.png")
-        return base64.b64encode(png.read_bytes()).decode()
+        out = Path(tmp)
+        if kind == SEGMENTATION:
+            from reports.segmentation import cross_site_plot, plot
+
+            results = json.loads(path.read_text())
+            return tuple(_encoded([plot(results, out / "validation_dice.png"),
+                                   cross_site_plot(results, out / "cross_site_dice.png")]))
+        if kind == PLAYERFL:
+            from reports.playerfl.cli import cross_site_heatmap
+            from reports.playerfl.plots import sensitivity_curves
+            from reports.playerfl.runs import load_runs
+
+            [run] = load_runs([path])
+            return tuple(_encoded([
+                sensitivity_curves(run, out / "layer_sensitivity.png") if run.split and run.split.get(
+                    "federation_curve") else None,
+                cross_site_heatmap(run, out / "cross_site_balanced_accuracy.png") if run.cross_site else None]))
+    return ()
 
 
 def job_report(downloads: Path, job_id: str, kind: str) -> JobReport | None:
@@ -78,17 +102,15 @@ def job_report(downloads: Path, job_id: str, kind: str) -> JobReport | None:
     rounds = list(results.get("rounds", []))
     num_rounds = int(params.get("num_rounds", len(rounds)) or len(rounds)) if isinstance(params, dict) else len(rounds)
     seen = progress_of({PROGRESS_STATS: round_progress(results, num_rounds, None, 0.0)}) if rounds else None
-    plot = ""
-    if kind == SEGMENTATION and rounds:
-        try:
-            plot = _segmentation_plot(path, path.stat().st_mtime)
-        except (KeyError, ValueError, TypeError):  # a run stopped before its first validation: no plot to draw
-            plot = ""
+    try:
+        figures = list(_figures(path, path.stat().st_mtime, kind))
+    except (KeyError, ValueError, TypeError):  # a run stopped before what the figure draws: the rest still shows
+        figures = []
     return JobReport(
         job_id=job_id, kind=kind, status=str(results.get("status", "")), reason=str(results.get("error", "")),
         params=sorted((str(k), json.dumps(v)) for k, v in (params.items() if isinstance(params, dict) else [])),
         rounds=[{"round": r.get("round"), "outcomes": r.get("outcomes", {})} for r in rounds],
-        progress=seen, plot_png=plot, results_file=str(path.relative_to(Path(downloads))))
+        progress=seen, figures=figures, results_file=str(path.relative_to(Path(downloads))))
 
 
 def add_job_reports(app: Flask, source: Callable[[], StudyStatus], downloads: Path) -> None:

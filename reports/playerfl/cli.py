@@ -54,7 +54,7 @@ def cross_site_markdown(runs: Sequence[Run]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cross_site_heatmap(run: Run, path: Path) -> Path:
+def cross_site_heatmap(run: Run, path: Path) -> Path:
     """The run's personalised-against-global balanced accuracy per site, as fl-eval-report draws it."""
     table = cross_site_report.summary({"cross_site": run.cross_site, "job": {"method": run.method}})
     path.write_bytes(cross_site_report.heatmap_png(table))
@@ -70,7 +70,7 @@ def write_report(runs: Sequence[Run], out_dir: Path) -> Path:
     figures = [plots.site_bars(runs, score, out_dir / f"sites_{score}.png") for score in SCORES]
     figures += [plots.sensitivity_curves(r, out_dir / f"sensitivity_seed{r.seed}.png")
                 for r in runs if r.split and r.split.get("federation_curve")]
-    figures += [_cross_site_heatmap(r, out_dir / f"cross_site_{r.method}_seed{r.seed}.png")
+    figures += [cross_site_heatmap(r, out_dir / f"cross_site_{r.method}_seed{r.seed}.png")
                 for r in runs if r.cross_site]
     text = ["# PLayer-FL report", "", f"{len(runs)} runs. {SUMMARY}", "", markdown(table), "## Ranks and tests", "",
             ranks.markdown(ranked), "## Splits", "", splits_markdown(runs), cross_site_markdown(runs),

@@ -27,7 +27,8 @@ def test_a_downloaded_segmentation_job_reports_its_dice_plot_rounds_and_curves(t
     report = job_report(tmp_path, job_id, "brats-segmentation")
 
     assert report is not None and report.status == "finished"
-    assert base64.b64decode(report.plot_png)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [caption for caption, _ in report.figures] == ["validation dice"]  # no cross-site matrix in this run
+    assert base64.b64decode(report.figures[0][1])[:8] == b"\x89PNG\r\n\x1a\n"
     assert [r["round"] for r in report.rounds] == [1, 2] and ("num_rounds", "2") in report.params
     assert report.progress is not None
     assert report.progress.curves["val_dice_mean"] == pytest.approx([0.15, 0.4])  # round 1: the mean of a and b
@@ -39,3 +40,35 @@ def test_no_report_for_a_path_a_bad_id_or_a_job_not_downloaded(tmp_path: Path) -
     for job_id in ("../outside/x", "..", str(uuid.uuid4()), "x"):
         assert results_path(tmp_path, job_id) is None
         assert job_report(tmp_path, job_id, "fedavg-linear") is None
+
+
+def test_a_playerfl_job_reports_its_sensitivity_curve(tmp_path: Path) -> None:
+    split = {"rule": "threshold", "threshold": 2.0, "normalisation": "total", "layers": ["a", "b", "c"],
+             "federated_layers": 1, "federation_curve": [0.2, 0.3, 1.0], "site_splits": {"a": 1},
+             "site_normalised_curves": {"a": [0.2, 0.3, 1.0]}, "site_curves": {"a": [2.0, 3.0, 10.0]}}
+    evaluation = {"a": {"test_macro_f1": 0.5, "test_balanced_accuracy": 0.5, "num_train": 10}}
+    job_id = str(uuid.uuid4())
+    _download(tmp_path, job_id, {"job": {"workflow": "playerfl", "method": "playerfl", "seed": 0}, "status": "finished",
+                                 "rounds": [{"round": 1, "split": split, "outcomes": {"a": "update accepted"}}],
+                                 "evaluation": evaluation, "summary": {}})
+
+    report = job_report(tmp_path, job_id, "playerfl")
+
+    assert report is not None and [caption for caption, _ in report.figures] == ["layer sensitivity"]
+
+
+def test_a_fedkt_csd_job_reports_the_grids_of_its_released_classes(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from server_app.fedkt_outputs import GRID_DIR
+
+    job_id = str(uuid.uuid4())
+    _download(tmp_path, job_id, {"job": {}, "status": "finished", "rounds": []})
+    grids = tmp_path / job_id / "workspace" / "app_server" / GRID_DIR
+    grids.mkdir()
+    for name in ("MEL", "NV"):
+        Image.new("RGB", (8, 8), (200, 10, 10)).save(grids / f"{name}.png")
+
+    report = job_report(tmp_path, job_id, "fedkt-csd")
+
+    assert report is not None and [caption for caption, _ in report.figures] == ["MEL", "NV"]
