@@ -1,6 +1,6 @@
 """A PLayer-FL job run in one process: the job's own controller and site tasks, FLARE's messaging replaced by calls.
 
-Why: FLARE's simulator costs about two minutes a run on 2 CPU cores (bench/README.md: 9 tiny runs took 1059 s),
+Why: FLARE's simulator costs minutes a run on 2 CPU cores (bench/README.md has the numbers),
 and the reproduction harness needs about 70 runs (methods x learning rates x seeds). The classes and constructor
 arguments are exactly the exported job's (`KIND.controller_component`, `KIND.site_task_component`); replaced are
 only the transport (each site's task is called in turn, in site-name order, on a copy of the message), the per-task

@@ -57,8 +57,7 @@ def write_simulation_policy(workspace: Path, datasets: dict[str, str], server_mo
 
 def site_threads(num_sites: int) -> int:
     """CPU threads for each simulated site: this machine's cores shared among the sites, which all train on it at once
-    (torch's default, every core for every site, made three sites on 2 cores wait on each other's threads: a
-    3-round segmentation simulation took 293 s with 2 threads a site and 111 s with 1, under the same load)."""
+    (torch's default, every core for every site, makes the sites wait on each other's threads)."""
     return max(1, len(os.sched_getaffinity(0)) // num_sites)
 
 

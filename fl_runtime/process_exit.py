@@ -1,10 +1,10 @@
 """A quick interpreter exit for every process that imports the agent (FLARE's job processes and parents, the CLIs).
 
 Why: at shutdown CPython collects garbage again and again while it tears the modules down, each pass walking every
-object still alive; with torch and MONAI imported that is millions of objects. On the 2-core development machine a
-process that had only imported torch and MONAI took 2.0 s to exit when quiet and 7.4 s under load, against 0.3 s and
-1.2-1.7 s with the objects frozen first. FLARE marks a job finished only after its job processes have exited, at
-every site and the server, so each job's end waited that long, and so did every stop of a site or server.
+object still alive; with torch and MONAI imported that is millions of objects, seconds of exit on a small machine
+and more under load (bench/process_exit.py measures it against a frozen heap). FLARE marks a job finished only after
+its job processes have exited, at every site and the server, so each job's end waited that long, and so did every
+stop of a site or server.
 
 `install` registers, once, an exit handler that collects what is garbage then (so cyclic garbage is still finalised:
 files flushed and closed) and freezes the rest (`gc.freeze`: the collector skips frozen objects). The other exit

@@ -25,15 +25,14 @@ from site_agent.transfers import TaskClock
 APP_PACKAGES = ["fl_contract", "site_agent", "server_app"]
 DEAD_SITE_CHECK_LEAD_S = 3.0
 """FLARE checks whether a task waits only for dead sites this long after the task was sent (its default is 30 s).
-Every round sent while a site is already deemed gone waits this long for it once the others have answered, so at
-10 s a fedavg-linear round without a dead site's answer lasts 10 s instead of 0.6 s. The lead guards against a race
+Every round sent while a site is already deemed gone waits this long for it once the others have answered, which
+for a short round is most of its time. The lead guards against a race
 that `dead_site_grace_s` covers already (a site reported gone is deemed gone only after the grace, and any request
 it sends the job in between takes it off FLARE's watch list), so 3 s leaves it a margin of six task requests."""
 TASK_REQUEST_INTERVAL_S = 0.5
 """How long a site waits after each task, and after each request the server had no task for, before asking again.
 FLARE's default is 2 s: every task of a round then ends >= 2 s before the site can take the next one, 8 s of idle
-time per masked round (four tasks) and per FedKT-CSD secure sum (measured in the simulator: a 5-round masked
-fedavg-linear job's rounds took 8 s each with 2 s and 2.5 s with 0.3 s, the weights unchanged). The cost is idle
+time per masked round (four tasks) and per FedKT-CSD secure sum. The cost is idle
 polling: a site waiting for a slower one asks twice a second (one small HTTPS request each), so a federation of
 1000 sites would send the server about 2000 requests a second while a round waits; the hospital federations this
 agent is for have tens of sites."""
