@@ -33,7 +33,7 @@ from server_app.privacy.dp_calibration import calibrate_noise
 from server_app.privacy.secure_aggregation import Revealed, SecureAggregation
 from site_agent.fedkt_csd.demo_autoencoder import public_images
 from site_agent.fedkt_csd.stats import class_statistics, encode_latents, site_statistics
-from site_agent.secure_aggregation import SecureAggregationSite
+from site_agent.secure_aggregation.protocol import SecureAggregationSite
 
 D, CLASSES, R = 128, 10, 34.0
 T = TypeVar("T")

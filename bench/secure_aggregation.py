@@ -3,7 +3,7 @@ the code before SecAgg+ and the batched Shamir rebuild, side by side in one run.
 
     nice -n 19 .venv/bin/python bench/secure_aggregation.py --sites 10,100,300,1000 --lost 0.1
 
-Every site count runs the four steps through the real classes (`site_agent.secure_aggregation`,
+Every site count runs the four steps through the real classes (`site_agent.secure_aggregation.protocol`,
 `server_app.privacy.secure_aggregation`), all sites in this process, with FedKT-CSD's vector (83,850 uint64 entries
 for d = 128 and 10 classes; `--length`): keys, shares (timed per site), masked vectors of random statistics (timed
 per site), a fraction `--lost` of the sites lost after sharing (chosen at random), the unmasking answers, and the
@@ -42,7 +42,7 @@ import numpy as np
 from fl_contract.ring import MIN_MASKED_SITES, RING_DTYPE
 from fl_contract.secure_aggregation import mask_stream
 from server_app.privacy import secure_aggregation as server_module
-from site_agent import secure_aggregation as site_module
+from site_agent.secure_aggregation import protocol as site_module
 
 ROOT = Path(__file__).resolve().parents[1]
 SESSION = "bench/secure-aggregation"
@@ -63,7 +63,7 @@ def baseline_modules(commit: str) -> tuple[types.ModuleType, types.ModuleType]:
         return module
     rename = {"from fl_contract.secure_aggregation import": "from baseline_primitives import"}
     load("baseline_primitives", "fl_contract/secure_aggregation.py", {})
-    return (load("baseline_site", "site_agent/secure_aggregation.py", rename),
+    return (load("baseline_site", "site_agent/secure_aggregation/protocol.py", rename),
             load("baseline_server", "server_app/privacy/secure_aggregation.py", rename))
 
 

@@ -32,7 +32,7 @@ from fl_contract.models import state_dict_to_numpy
 from fl_contract.segmentation import VAL
 from jobs.segmentation.spec import KIND, SegmentationParams
 from site_agent.data.synthetic_brats import write_brats_site
-from site_agent.site_config import SiteConfig
+from site_agent.kit.site_config import SiteConfig
 from site_agent.tasks.executor import SiteContext
 
 

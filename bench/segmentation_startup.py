@@ -40,7 +40,7 @@ from jobs.segmentation.spec import KIND as SEGMENTATION
 from provisioning.provision import Federation, customise, load_template, provision
 from site_agent.data.linear_demo import write_linear_site
 from site_agent.data.synthetic_brats import write_brats_site
-from site_agent.site_config import write_site_config
+from site_agent.kit.site_config import write_site_config
 
 ADMIN = "admin@bench.org"
 SITES = ["site-1", "site-2", "site-3"]

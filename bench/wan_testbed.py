@@ -58,7 +58,7 @@ from provisioning.provision import Federation, customise, load_template, provisi
 from server_app.transfers import describe, read_transfers
 from site_agent.data.linear_demo import write_linear_site
 from site_agent.data.synthetic_brats import write_brats_site
-from site_agent.site_config import write_site_config
+from site_agent.kit.site_config import write_site_config
 
 ADMIN = "admin@wan.org"
 SITES = ["site-1", "site-2", "site-3"]

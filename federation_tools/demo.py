@@ -23,8 +23,8 @@ from jobs.common import build_job, export
 from jobs.registry import job_kind
 from provisioning.provision import customise, load_template, provision
 from server_app.server_config import write_server_config
-from site_agent.preflight import FAIL, format_table, run_checks
-from site_agent.site_config import write_site_config
+from site_agent.kit.preflight import FAIL, format_table, run_checks
+from site_agent.kit.site_config import write_site_config
 
 ADMIN = "admin@coordinating-centre.org"
 SITES = ["site-1", "site-2", "site-3"]

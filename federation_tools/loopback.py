@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, cast
 import psutil
 
 from provisioning.provision import Federation
-from site_agent.kit import certificate_organisation
-from site_agent.processes import kill_processes, stop_process_tree
+from site_agent.kit.processes import kill_processes, stop_process_tree
+from site_agent.kit.startup import certificate_organisation
 
 if TYPE_CHECKING:
     from nvflare.fuel.flare_api.flare_api import Session

@@ -26,7 +26,7 @@ from nvflare.app_common.abstract.fl_model import FLModel
 from jobs.playerfl.spec import KIND, PLayerFLParams
 from jobs.spec import import_class
 from server_app.results import RESULTS_FILE
-from site_agent.site_config import SiteConfig
+from site_agent.kit.site_config import SiteConfig
 from site_agent.tasks.executor import SiteContext
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from jobs.registry import server_allow_list, site_allow_list
 from server_app.server_config import write_server_config
-from site_agent.site_config import write_site_config
+from site_agent.kit.site_config import write_site_config
 
 
 @dataclass(frozen=True)

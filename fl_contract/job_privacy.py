@@ -3,7 +3,7 @@
 FLARE gives a site's guard the job's meta when the job is deployed, not its configuration, so the job builder
 (`jobs.common`) writes the kind and the privacy parameters into the meta, and the site decides from them before
 the job starts. When the job starts, the site compares the declaration with the real arguments of its site task
-(`site_agent.site_guard`), so a meta edited to look safer than the job is refused there.
+(`site_agent.privacy.site_guard`), so a meta edited to look safer than the job is refused there.
 """
 
 from __future__ import annotations

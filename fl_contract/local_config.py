@@ -1,5 +1,5 @@
 """Local JSON files that map keys to folders (a site's datasets, the server's models) plus a device choice
-(and, for sites, how they compute: site_agent.site_config).
+(and, for sites, how they compute: site_agent.kit.site_config).
 
 Jobs name keys only; these files, written by the people who run the machine, are the only place with local paths.
 A path may contain `{site_name}` (FLARE's simulator gives all simulated sites one shared file).

@@ -65,7 +65,7 @@ TEST_CASES = cases_key(TEST)
 TEST_METRIC = metric_key(TEST, DICE, MEAN)  # test_dice_mean: the federation's final report on the selected model
 TRAIN_LOSS = "train_loss"
 DP_NOISE_STD = "dp_noise_std"
-DP_EPSILON = "dp_epsilon"  # the site's client-side DP epsilon so far in the job (site_agent.accounting, its delta)
+DP_EPSILON = "dp_epsilon"  # the site's client-side DP epsilon so far in the job (site_agent.privacy.accounting)
 
 
 def min_roi_divisor(blocks_down: Sequence[int]) -> int:

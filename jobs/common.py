@@ -20,7 +20,7 @@ from jobs.registry import server_allow_list, site_allow_list
 from jobs.spec import JobKind
 from server_app.privacy.addressed_ciphertexts import AddressedCiphertexts
 from server_app.transfers import METER_ID, TransferMeter
-from site_agent.transfers import TaskClock
+from site_agent.tasks.transfers import TaskClock
 
 APP_PACKAGES = ["fl_contract", "site_agent", "server_app"]
 DEAD_SITE_CHECK_LEAD_S = 3.0

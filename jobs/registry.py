@@ -67,7 +67,7 @@ JOB_LOG_RECEIVER = "nvflare.app_common.logging.job_log_receiver.JobLogReceiver"
 # ... and we add these to every job: per site and round, bytes and transfer time (server_app.transfers).
 TRANSFER_METER = "server_app.transfers.TransferMeter"
 ADDRESSED_CIPHERTEXTS = "server_app.privacy.addressed_ciphertexts.AddressedCiphertexts"
-TASK_CLOCK = "site_agent.transfers.TaskClock"
+TASK_CLOCK = "site_agent.tasks.transfers.TaskClock"
 
 
 def site_classes() -> list[str]:

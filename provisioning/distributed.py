@@ -7,7 +7,7 @@ FLARE's distributed provisioning (`nvflare cert init`, `nvflare cert approve`) w
   need it, nothing else does) and the lead's workspace: the project (who may be approved), FLARE's profile, the
   root CA's certificate, the kit options, and the record of every certificate.
 - `approve` refuses a request whose project, name, kind, org or role the project does not list, signs it with
-  FLARE's command, signs our site kit policy (site_agent.kit_policy) with the same CA key, and returns
+  FLARE's command, signs our site kit policy (site_agent.kit.kit_policy) with the same CA key, and returns
   `<name>.approved.zip`. A request for a name approved before is a renewal: the new certificate is pinned and the
   old one refused from then on, no other participant touched.
 - `revoke` takes a name off the list and records its certificate as revoked: the server refuses it at its next
@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from provisioning.policy import site_kit_policy
 from provisioning.provision import add_project_options, project_from_options, scheme_of, write_server_policy
 from server_app.admission import PARTICIPANTS_FILE, Participants, certificate_serial, write_participants
-from site_agent.enrolment import (
+from site_agent.kit.enrolment import (
     APPROVED_SUFFIX,
     SIGNED_SUFFIX,
     install_kit,
@@ -50,9 +50,9 @@ from site_agent.enrolment import (
     nvflare,
     owner_only,
 )
-from site_agent.kit import EXPIRY_WARNING_DAYS, KitError
-from site_agent.kit_policy import APPROVAL_FILE, SIGNATURE_FILE, KitApproval, fingerprint, sha256_hex
-from site_agent.policy import write_private as make_private
+from site_agent.kit.kit_policy import APPROVAL_FILE, SIGNATURE_FILE, KitApproval, fingerprint, sha256_hex
+from site_agent.kit.startup import EXPIRY_WARNING_DAYS, KitError
+from site_agent.privacy.policy import write_private as make_private
 
 COMMANDS = ("init", "approve", "revoke", "server-kit", "certificates")
 CA_KEY = "rootCA.key"

@@ -1,5 +1,5 @@
 """The security policy written into every startup kit: exact class allow-lists, authorization, site guard, and each
-site's default privacy policy (site_agent.policy, which the hospital then edits).
+site's default privacy policy (site_agent.privacy.policy, which the hospital then edits).
 
 The class allow-lists come from the job kinds (jobs.registry). They name exact classes, never package prefixes:
 FLARE matches entries as prefixes, and a package prefix admits every callable reachable through our modules
@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.registry import kinds, site_allow_list
-from site_agent.job_contents import SITE_DEPLOYER_PATH
-from site_agent.kit_policy import SiteKitPolicy
-from site_agent.policy import SitePolicy
-from site_agent.site_guard import SITE_GUARD_PATH
+from site_agent.kit.kit_policy import SiteKitPolicy
+from site_agent.privacy.job_contents import SITE_DEPLOYER_PATH
+from site_agent.privacy.policy import SitePolicy
+from site_agent.privacy.site_guard import SITE_GUARD_PATH
 
 DEFAULT_ACCEPTED_ROLES = list(SitePolicy().accepted_submitter_roles)
 JOB_RECOVERY = "server_app.recovery.JobRecovery"
@@ -78,7 +78,7 @@ def site_guard_component() -> dict[str, Any]:
 
 def site_deployer_component() -> dict[str, Any]:
     """The site's deployer, which refuses at deploy a job that carries code or contradicts the site
-    (site_agent.job_contents): told each kind's site task and which of its arguments are dataset keys."""
+    (site_agent.privacy.job_contents): told each kind's site task and which of its arguments are dataset keys."""
     return {"id": "app_deployer", "path": SITE_DEPLOYER_PATH,
             "args": {"kind_tasks": {name: kind.site_task for name, kind in kinds().items()},
                      "dataset_keys": {name: list(kind.dataset_keys) for name, kind in kinds().items()}}}
@@ -126,7 +126,7 @@ def authorization_policy() -> dict[str, Any]:
 
 
 def site_kit_policy(accepted_roles: list[str], stream_logs: bool = False, warm_jobs: bool = True) -> SiteKitPolicy:
-    """Every site kit's policy (site_agent.kit_policy): the exact allow-list of the registered job kinds, the site
+    """Every site kit's policy (site_agent.kit.kit_policy): the exact allow-list of the registered job kinds, the site
     guard and deployer (which refuses at deploy a job that carries code), FLARE's log streaming off unless asked for,
     the warm job launcher unless not asked for, the slow-link settings, no byoc right, and the default privacy
     policy accepting jobs from `accepted_roles`."""

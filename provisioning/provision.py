@@ -37,8 +37,8 @@ from provisioning.policy import (
     site_kit_policy,
 )
 from server_app.admission import PARTICIPANTS_FILE, Participants, write_participants
-from site_agent.enrolment import owner_only
-from site_agent.kit_policy import apply_site_policy
+from site_agent.kit.enrolment import owner_only
+from site_agent.kit.kit_policy import apply_site_policy
 
 TEMPLATE = Path(__file__).with_name("project.yml")
 ADMIN_ROLES = ("project_admin", "org_admin", "lead", "member", "super")

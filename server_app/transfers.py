@@ -6,7 +6,7 @@ A FLARE component of the server's job, fed by FLARE's own events, so it needs no
   they leave, after the job's filters (the secure-aggregation relay keeps only the site's own ciphertexts);
 - `BEFORE_TASK_RESULT_FILTER` (the site's answer is in, its arrays downloaded by the server): the time, the
   bytes of the answer's arrays, what it carried (each array's dtype and shape, its meta's keys; no value), and the
-  seconds the site spent on the task, which the site's `TaskClock` (site_agent.transfers) puts in the answer's
+  seconds the site spent on the task, which the site's `TaskClock` (site_agent.tasks.transfers) puts in the answer's
   header.
 
 The transfer time is the server's time from fetch to answer less the site's own time on the task: the model's

@@ -13,13 +13,13 @@ import sys
 from site_agent import __version__
 
 _COMMAND_MODULES = (
-    "site_agent.site_config",
-    "site_agent.preflight",
-    "site_agent.start",
-    "site_agent.enrolment",
-    "site_agent.service",
-    "site_agent.ledger",
-    "site_agent.audit",
+    "site_agent.kit.site_config",
+    "site_agent.kit.preflight",
+    "site_agent.kit.start",
+    "site_agent.kit.enrolment",
+    "site_agent.kit.service",
+    "site_agent.privacy.ledger",
+    "site_agent.privacy.audit",
     "site_agent.status.cli",
     "site_agent.data.demo_cli",
     "site_agent.fedkt_csd.cli",

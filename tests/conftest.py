@@ -23,7 +23,7 @@ from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
 from jobs.segmentation.spec import KIND as SEGMENTATION
 from provisioning.provision import Federation
-from site_agent.audit import AuditLog
+from site_agent.privacy.audit import AuditLog
 
 SHARED_FEDERATION = "running_federation"
 SHARED_FIXTURES = (SHARED_FEDERATION, "fedavg_run", "segmentation_run")  # the session fixtures on that federation

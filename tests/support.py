@@ -31,7 +31,7 @@ from server_app.fedkt_csd import secure_statistics
 from server_app.privacy.secure_aggregation import SecureAggregation
 from site_agent.data.linear_demo import write_linear_site
 from site_agent.data.synthetic_brats import write_brats_site
-from site_agent.site_config import write_site_config
+from site_agent.kit.site_config import write_site_config
 
 
 def require(missing: str | None, what: str) -> None:
@@ -156,7 +156,7 @@ def distributed_demo_federation(root: Path, name: str = "dist-federation", sites
     (FLARE's distributed provisioning issues no project_admin)."""
     from provisioning.cli import main as fl_provision
     from site_agent.cli import main as site_agent
-    from site_agent.kit_policy import fingerprint
+    from site_agent.kit.kit_policy import fingerprint
 
     lead, ca = root / "lead", root / "ca-medium"
     command = ["init", "--workspace", str(lead), "--ca-dir", str(ca), "--name", name, "--sites", ",".join(sites),

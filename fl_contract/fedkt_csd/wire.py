@@ -6,7 +6,7 @@ Layout, per class c in order, then classes one after another (flat length L = C 
     outer_upper[c]  d(d+1)/2     upper triangle (row-major, diagonal included) of sum z z^T
     counts[c]       1            number of records
 
-A site sends this layout as integers on the ring Z/2^64 (RING_DTYPE), masked (`site_agent.secure_aggregation`);
+A site sends this layout as integers on the ring Z/2^64 (RING_DTYPE), masked (`site_agent.secure_aggregation.protocol`);
 the privacy officer reads it unmasked (`site-agent fedkt export`). Only the server turns it into numbers in latent
 units (`from_ring`).
 

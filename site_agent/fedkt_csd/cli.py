@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from fl_contract.classes import PLAYERFL_CLASSES
-from site_agent.site_config import SiteConfig
+from site_agent.kit.site_config import SiteConfig
 
 
 def _export(args: argparse.Namespace) -> int:

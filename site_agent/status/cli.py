@@ -41,7 +41,7 @@ def open_page(kit_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
 
 def _run(args: argparse.Namespace) -> int:
     """`site-agent status`: the page when `--serve`, else one status read, as JSON or as a few lines."""
-    from site_agent.kit import KitError
+    from site_agent.kit.startup import KitError
 
     try:
         if args.serve:

@@ -25,7 +25,11 @@ from typing import Any
 import psutil
 
 from fl_contract.version import AGENT_VERSION
-from site_agent.audit import (
+from site_agent.kit.preflight import LAST_CHECK_FILE, OK, CheckResult, check_server
+from site_agent.kit.site_config import SiteConfig, SiteConfigError
+from site_agent.kit.start import CLIENT_MODULE, REGISTERED
+from site_agent.kit.startup import KitError, SiteKit, verify_certificate_chain
+from site_agent.privacy.audit import (
     COMMAND_REFUSED,
     JOB_ACCEPTED,
     JOB_END,
@@ -37,12 +41,8 @@ from site_agent.audit import (
     TASK_RECEIVED,
     AuditLog,
 )
-from site_agent.kit import KitError, SiteKit, verify_certificate_chain
-from site_agent.ledger import Ledger
-from site_agent.policy import PolicyInForce, SitePolicy
-from site_agent.preflight import LAST_CHECK_FILE, OK, CheckResult, check_server
-from site_agent.site_config import SiteConfig, SiteConfigError
-from site_agent.start import CLIENT_MODULE, REGISTERED
+from site_agent.privacy.ledger import Ledger
+from site_agent.privacy.policy import PolicyInForce, SitePolicy
 
 PROBE_EVERY_S = 30.0
 AUDIT_ROWS = 60

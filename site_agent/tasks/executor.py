@@ -31,11 +31,11 @@ from fl_contract.job_privacy import WEIGHTS, SitePrivacy
 from fl_contract.masked_weights import TASK_MASKED, TRAIN_TASK, SecureWeightsParams
 from fl_contract.secure_aggregation_messages import SESSION
 from fl_contract.weights_encoding import FLOAT32, decode_model, encode_update, encoding_of
-from site_agent.audit import RESULT_SENT, TASK_RECEIVED, AuditLog
-from site_agent.masked_updates import TASKS as MASKING_TASKS
-from site_agent.masked_updates import MaskedUpdates
-from site_agent.policy import PolicyInForce, SitePolicy
-from site_agent.site_config import CONFIG_FILE, SiteConfig
+from site_agent.kit.site_config import CONFIG_FILE, SiteConfig
+from site_agent.privacy.audit import RESULT_SENT, TASK_RECEIVED, AuditLog
+from site_agent.privacy.policy import PolicyInForce, SitePolicy
+from site_agent.secure_aggregation.masked_updates import TASKS as MASKING_TASKS
+from site_agent.secure_aggregation.masked_updates import MaskedUpdates
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,8 @@ class TaskExecutor(Executor):  # type: ignore[misc]  # FLARE ships no type infor
     Every result that leaves is recorded in the site's audit log (bytes and sha256 of its serialised payload). A job
     with client-side DP is charged by the site for its declared rounds, so the task sends at most that many weight
     updates, whatever the server asks. A job whose parameters say `secure_aggregation` never sends weights in the
-    clear: the `train` answer becomes the site's keys and the update leaves only masked (`site_agent.masked_updates`).
+    clear: the `train` answer becomes the site's keys and the update leaves only masked
+    (`site_agent.secure_aggregation.masked_updates`).
     """
 
     RELEASE: ClassVar[str] = WEIGHTS

@@ -2,7 +2,7 @@
 
 No training at the site. `keys` checks the server's announcement against the site's own autoencoder and makes
 fresh keys whose private halves stay in this executor's memory for this session only
-(`site_agent.secure_aggregation`);
+(`site_agent.secure_aggregation.protocol`);
 `shares` sends encrypted shares of this site's secrets to its peers through the server; `statistics` encodes
 the site's images (or takes the privacy officer's reviewed export) and sends only the masked fixed-point vector;
 `unmask` reveals the shares that let the server remove the masks of the survivors and of the sites lost after
@@ -25,8 +25,8 @@ from fl_contract.models import load_numpy_params
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
 from site_agent.fedkt_csd.export import ExportSettings, payload_sha256, read_export
 from site_agent.fedkt_csd.site_data import load_split, read_images, statistics_vector
-from site_agent.secure_aggregation import SecureAggregationSite, site_floor
-from site_agent.secure_aggregation_identity import SigningIdentity
+from site_agent.secure_aggregation.identity import SigningIdentity
+from site_agent.secure_aggregation.protocol import SecureAggregationSite, site_floor
 from site_agent.tasks.executor import SiteContext, TaskExecutor
 
 

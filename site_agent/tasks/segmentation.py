@@ -11,7 +11,7 @@ sent. With `cross_site_evaluation`, after the rounds the site sends its final lo
 Metrics also go to TensorBoard through FLARE's experiment tracking when the job names a writer. What leaves
 the site is listed in docs/segmentation.md.
 
-How the site feeds its device is the site's setting (`site_agent.site_config.ComputeSettings`: loader workers,
+How the site feeds its device is the site's setting (`site_agent.kit.site_config.ComputeSettings`: loader workers,
 cases cached in memory or on disk), never the job's; on a GPU the first training task checks the job's batch size
 and ROI against the GPU's free memory before reading a case.
 """
@@ -44,8 +44,8 @@ from fl_contract.segmentation import (
     VAL,
 )
 from fl_contract.tracking import sender_id
-from site_agent.accounting import client_dp_epsilon
 from site_agent.data.pipeline import surface_data_errors
+from site_agent.privacy.accounting import client_dp_epsilon
 from site_agent.segmentation.data import SiteData, load_site_data
 from site_agent.segmentation.dp import noise_std, privatise_update
 from site_agent.segmentation.memory import GIB, check_training_memory, estimate_training_memory

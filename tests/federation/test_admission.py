@@ -28,7 +28,7 @@ from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.provision import Federation, customise, provision
 from server_app.admission import PARTICIPANTS_FILE
-from site_agent.start import EXIT_REFUSED
+from site_agent.kit.start import EXIT_REFUSED
 
 pytestmark = pytest.mark.federation
 

@@ -20,7 +20,7 @@ from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.cli import main as fl_provision
 from site_agent.cli import main as site_agent
-from site_agent.start import EXIT_REFUSED
+from site_agent.kit.start import EXIT_REFUSED
 
 pytestmark = pytest.mark.federation
 

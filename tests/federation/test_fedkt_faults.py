@@ -36,7 +36,7 @@ from server_app.transfers import read_transfers
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.site_data import statistics_vector
-from site_agent.site_config import write_site_config
+from site_agent.kit.site_config import write_site_config
 
 pytestmark = pytest.mark.federation
 

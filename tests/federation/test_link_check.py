@@ -10,15 +10,15 @@ import sys
 import pytest
 
 from federation_tools.wan import EmulatedLink, namespaces_unavailable
-from site_agent.kit import SiteKit
-from site_agent.link import job_models
-from site_agent.preflight import OK, WARN, check_link
+from site_agent.kit.link import job_models
+from site_agent.kit.preflight import OK, WARN, check_link
+from site_agent.kit.startup import SiteKit
 
 pytestmark = pytest.mark.federation
 
 SITE = "site-1"
-_CHECK_IN_NAMESPACE = ("import json, sys; from pathlib import Path; from site_agent.kit import SiteKit; "
-                       "from site_agent.preflight import check_link; "
+_CHECK_IN_NAMESPACE = ("import json, sys; from pathlib import Path; from site_agent.kit.startup import SiteKit; "
+                       "from site_agent.kit.preflight import check_link; "
                        "row = check_link(SiteKit.open(Path(sys.argv[1]))); "
                        "print(json.dumps({'status': row.status, 'detail': row.detail, 'fix': row.fix}))")
 

@@ -32,7 +32,7 @@ from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.policy import SERVER_HEARTBEAT_TIMEOUT_S
 from server_app.transfers import TRANSFERS_FILE
-from site_agent.kit import SiteKit
+from site_agent.kit.startup import SiteKit
 
 pytestmark = [pytest.mark.federation, pytest.mark.needs(namespaces_unavailable("emulator"), "emulated WAN links")]
 

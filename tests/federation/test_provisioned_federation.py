@@ -30,13 +30,13 @@ from provisioning.provision import Federation, customise, load_template, provisi
 from reports import evaluation_cli
 from reports import segmentation as segmentation_report
 from server_app.server_config import ServerConfig, write_server_config
-from site_agent.audit import RESULT_SENT, AuditLog
 from site_agent.data.synthetic_brats import write_brats_site
-from site_agent.ledger import Ledger
-from site_agent.preflight import run_checks
+from site_agent.kit.preflight import run_checks
+from site_agent.kit.site_config import SiteConfig, write_site_config
+from site_agent.privacy.audit import RESULT_SENT, AuditLog
+from site_agent.privacy.ledger import Ledger
 from site_agent.segmentation.data import split_cases
 from site_agent.segmentation.metrics import case_results_path
-from site_agent.site_config import SiteConfig, write_site_config
 
 pytestmark = pytest.mark.federation
 

@@ -23,8 +23,8 @@ from federation_tools.wan import EmulatedLink, namespaces_unavailable
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from site_agent.cli import main as site_agent
-from site_agent.kit import SiteKit
-from site_agent.processes import stop_process_tree
+from site_agent.kit.processes import stop_process_tree
+from site_agent.kit.startup import SiteKit
 
 TINYPROXY = shutil.which("tinyproxy")
 pytestmark = [pytest.mark.federation,

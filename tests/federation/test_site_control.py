@@ -24,9 +24,9 @@ from jobs.fedkt_csd.spec import KIND as FEDKT_CSD
 from jobs.fedkt_csd.spec import FedKTCSDParams
 from jobs.segmentation.spec import CPU_DEMO, SegmentationParams
 from jobs.segmentation.spec import KIND as SEGMENTATION
-from site_agent.audit import AuditLog
-from site_agent.ledger import Ledger
-from site_agent.policy import load_policy, write_policy
+from site_agent.privacy.audit import AuditLog
+from site_agent.privacy.ledger import Ledger
+from site_agent.privacy.policy import load_policy, write_policy
 
 pytestmark = pytest.mark.federation
 

@@ -33,9 +33,9 @@ from support import ADMIN, free_port
 
 from federation_tools.loopback import LoopbackFederation
 from provisioning.provision import Federation, customise, load_template, provision
-from site_agent.kit import SiteKit
-from site_agent.preflight import check_server
-from site_agent.start import EXIT_REFUSED, EXIT_UNAVAILABLE, LOG_NAME
+from site_agent.kit.preflight import check_server
+from site_agent.kit.start import EXIT_REFUSED, EXIT_UNAVAILABLE, LOG_NAME
+from site_agent.kit.startup import SiteKit
 
 pytestmark = pytest.mark.federation
 
@@ -162,7 +162,7 @@ def test_the_registration_watch_stops_a_client_the_server_refused(running, tmp_p
     """Without the preflight (as if the site's own checks passed), the watch alone names the refusal: the server
     refuses these two at different points (TLS after the handshake; registration)."""
     kit = _bad_kit(running, tmp_path, kind)
-    program = ("import sys\nfrom site_agent.start import start_site\n"
+    program = ("import sys\nfrom site_agent.kit.start import start_site\n"
                f"sys.exit(start_site({str(kit)!r}, 10, preflight=False))")
 
     started = time.monotonic()
@@ -184,7 +184,7 @@ def test_a_client_that_cannot_start_is_named_with_its_last_lines(running, tmp_pa
     resources = json.loads((kit / "local" / "resources.json").read_text())
     resources["components"].append({"id": "broken", "path": "site_agent.no_such_module.Component", "args": {}})
     (kit / "local" / "resources.json").write_text(json.dumps(resources))
-    program = ("import sys\nfrom site_agent.start import start_site\n"
+    program = ("import sys\nfrom site_agent.kit.start import start_site\n"
                f"sys.exit(start_site({str(kit)!r}, 30, preflight=False))")
 
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)

@@ -25,7 +25,7 @@ from federation_tools.admin import follow_job
 from federation_tools.job_cli import main as fl_job
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
-from site_agent.audit import RESULT_SENT, AuditLog
+from site_agent.privacy.audit import RESULT_SENT, AuditLog
 
 pytestmark = pytest.mark.federation
 HOSTILE_NAME = "<script>alert(1)</script>../../trial"

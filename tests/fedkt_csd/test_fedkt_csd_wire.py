@@ -26,8 +26,8 @@ from fl_contract.secure_aggregation import SecureAggregationError
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.site_data import statistics_vector
-from site_agent.policy import SitePolicy, write_policy
-from site_agent.site_config import SiteConfig, write_site_config
+from site_agent.kit.site_config import SiteConfig, write_site_config
+from site_agent.privacy.policy import SitePolicy, write_policy
 from site_agent.tasks.executor import SiteContext
 
 SITES = ["site-1", "site-2", "site-3"]

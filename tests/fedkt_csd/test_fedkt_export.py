@@ -21,7 +21,7 @@ from site_agent.cli import main
 from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.export import METADATA_FILE, PAYLOAD_FILE, SUMMARY_FILE, ExportSettings, read_export
 from site_agent.fedkt_csd.site_data import statistics_vector
-from site_agent.site_config import SiteConfig, write_site_config
+from site_agent.kit.site_config import SiteConfig, write_site_config
 from site_agent.tasks.executor import SiteContext
 
 CLASSES = list(PLAYERFL_CLASSES)

@@ -13,7 +13,7 @@ from fl_contract.fedkt_csd.wire import RING_DTYPE, from_ring
 from fl_contract.secure_aggregation import SecureAggregationError, combine_shares, mask_stream, pair_seed, split_secret
 from server_app.privacy.secure_aggregation import Revealed, SecureAggregation
 from site_agent.fedkt_csd.stats import class_statistics
-from site_agent.secure_aggregation import SecureAggregationSite
+from site_agent.secure_aggregation.protocol import SecureAggregationSite
 
 SESSION = "job-1234/attempt-1"
 CLIP_NORM = 3.0

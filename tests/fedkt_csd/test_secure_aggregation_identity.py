@@ -16,8 +16,8 @@ from cryptography.x509.oid import NameOID
 
 from fl_contract.secure_aggregation import SecureAggregationError, generate_keypair
 from server_app.privacy.secure_aggregation import Revealed, SecureAggregation
-from site_agent.secure_aggregation import SecureAggregationSite
-from site_agent.secure_aggregation_identity import SigningIdentity
+from site_agent.secure_aggregation.identity import SigningIdentity
+from site_agent.secure_aggregation.protocol import SecureAggregationSite
 
 SESSION = "job-9/attempt-1"
 SITES = ["site-1", "site-2", "site-3", "site-4"]

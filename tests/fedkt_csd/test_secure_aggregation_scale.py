@@ -25,7 +25,7 @@ from fl_contract.secure_aggregation import (
     public_bytes,
 )
 from server_app.privacy.secure_aggregation import Revealed, SecureAggregation
-from site_agent.secure_aggregation import SecureAggregationSite
+from site_agent.secure_aggregation.protocol import SecureAggregationSite
 
 SESSION = "job-5678/attempt-1"
 

@@ -22,10 +22,10 @@ from provisioning.cli import main as fl_provision
 from provisioning.distributed import LeadWorkspace, certificate_lines
 from server_app.admission import PARTICIPANTS_FILE, Participants, read_participants
 from site_agent.cli import main as site_agent
-from site_agent.enrolment import EXIT_REFUSED
-from site_agent.kit import SiteKit
-from site_agent.kit_policy import fingerprint
-from site_agent.preflight import WARN, check_certificate
+from site_agent.kit.enrolment import EXIT_REFUSED
+from site_agent.kit.kit_policy import fingerprint
+from site_agent.kit.preflight import WARN, check_certificate
+from site_agent.kit.startup import SiteKit
 
 
 @pytest.fixture(scope="module")

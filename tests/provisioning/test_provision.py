@@ -10,7 +10,7 @@ import pytest
 from jobs.registry import kinds, server_allow_list, site_allow_list
 from provisioning.policy import authorization_policy
 from provisioning.provision import customise, load_template, main, provision
-from site_agent.policy import load_policy
+from site_agent.privacy.policy import load_policy
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def test_sites_enforce_exact_classes_and_run_the_site_guard(federation):
     assert resources["class_list_enforcement_mode"] == "enforce"
     assert resources["class_allow_list"] == site_allow_list()
     [guard] = [c for c in resources["components"] if c["id"] == "site_guard"]
-    assert guard["path"] == "site_agent.site_guard.SiteGuard"
+    assert guard["path"] == "site_agent.privacy.site_guard.SiteGuard"
     assert guard["args"]["kind_tasks"] == {name: kind.site_task for name, kind in kinds().items()}
 
 

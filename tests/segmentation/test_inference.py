@@ -142,8 +142,8 @@ def test_a_site_that_requires_dp_on_weights_admits_inference_and_charges_it_noth
 
     from fl_contract.job_privacy import COUNTS, SitePrivacy, release_of
     from jobs.spec import import_class
-    from site_agent.accounting import job_spend
-    from site_agent.policy import SitePolicy, privacy_refusal
+    from site_agent.privacy.accounting import job_spend
+    from site_agent.privacy.policy import SitePolicy, privacy_refusal
 
     params = InferenceParams()
     privacy = SitePrivacy.declare(KIND.name, release_of(import_class(KIND.site_task)), dataclasses.asdict(params))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from server_app.results import BEST_MODEL_FILE, GLOBAL_MODEL_FILE
-from site_agent.accounting import client_dp_epsilon
+from site_agent.privacy.accounting import client_dp_epsilon
 
 pytestmark = pytest.mark.federation
 

@@ -17,9 +17,9 @@ from fl_contract.models import build_model, state_dict_to_numpy
 from fl_contract.segmentation import TEST, TRAIN_LOSS, VAL, split_metric_keys
 from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
 from site_agent.data.synthetic_brats import write_brats_site
-from site_agent.policy import SitePolicy
+from site_agent.kit.site_config import SiteConfig
+from site_agent.privacy.policy import SitePolicy
 from site_agent.segmentation.metrics import case_columns, case_results_path
-from site_agent.site_config import SiteConfig
 from site_agent.tasks.executor import SiteContext
 
 

@@ -30,7 +30,7 @@ from jobs.fedavg_linear.spec import FedAvgLinearParams
 from jobs.segmentation.spec import SegmentationParams
 from server_app.aggregation import SiteUpdate, weighted_mean
 from server_app.masked_round import masked_intake
-from site_agent.masked_updates import MaskedUpdates
+from site_agent.secure_aggregation.masked_updates import MaskedUpdates
 
 SITES = ["site-1", "site-2", "site-3", "site-4"]
 RNG = np.random.default_rng(0)

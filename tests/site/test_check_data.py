@@ -24,9 +24,9 @@ from site_agent.data.isic import GROUND_TRUTH_CSV, IMAGE_FOLDER, METADATA_CSV
 from site_agent.data.linear_demo import write_linear_site
 from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.data.synthetic_isic import write_isic_site
-from site_agent.kit import SiteKit
-from site_agent.preflight import CheckResult, check_data, format_table, progress_bar
-from site_agent.site_config import write_site_config
+from site_agent.kit.preflight import CheckResult, check_data, format_table, progress_bar
+from site_agent.kit.site_config import write_site_config
+from site_agent.kit.startup import SiteKit
 
 SHAPE = (16, 16, 16)
 

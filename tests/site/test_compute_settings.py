@@ -7,7 +7,7 @@ import json
 import pytest
 
 from site_agent.cli import main
-from site_agent.site_config import ComputeSettings, SiteConfig, SiteConfigError, write_site_config
+from site_agent.kit.site_config import ComputeSettings, SiteConfig, SiteConfigError, write_site_config
 
 
 def test_a_config_without_compute_settings_keeps_the_cpu_behaviour(tmp_path):

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from fl_contract.device import GpuFacts
-from site_agent.kit import SiteKit
-from site_agent.preflight import OK, WARN, check_device, gpu_result
-from site_agent.site_config import write_site_config
+from site_agent.kit.preflight import OK, WARN, check_device, gpu_result
+from site_agent.kit.site_config import write_site_config
+from site_agent.kit.startup import SiteKit
 
 GIB = 2**30
 

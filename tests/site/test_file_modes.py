@@ -13,11 +13,11 @@ from support import SITES
 
 from federation_tools.loopback import free_port
 from provisioning.provision import Federation, customise, load_template, provision
-from site_agent.kit import SiteKit
-from site_agent.policy import SitePolicy, write_policy
-from site_agent.preflight import FAIL, OK, check_file_modes
-from site_agent.site_config import write_site_config
-from site_agent.start import FlareClient
+from site_agent.kit.preflight import FAIL, OK, check_file_modes
+from site_agent.kit.site_config import write_site_config
+from site_agent.kit.start import FlareClient
+from site_agent.kit.startup import SiteKit
+from site_agent.privacy.policy import SitePolicy, write_policy
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,9 @@ from jobs.isic_evaluation.spec import KIND, IsicEvaluationParams
 from site_agent.classification.evaluation_release import isic_release
 from site_agent.data.isic import read_isic_site
 from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.kit.site_config import SiteConfig
 from site_agent.playerfl.data import IsicImages
-from site_agent.policy import POLICY_FILE, SitePolicy
-from site_agent.site_config import SiteConfig
+from site_agent.privacy.policy import POLICY_FILE, SitePolicy
 from site_agent.tasks.executor import SiteContext
 
 PARAMS = IsicEvaluationParams(model_args={"channels": [4, 4, 8, 8, 8], "hidden": 8}, image_size=32)

@@ -14,8 +14,8 @@ from fl_contract.job_privacy import SitePrivacy
 from jobs.common import build_job, export
 from jobs.registry import kinds, site_allow_list
 from provisioning.policy import site_deployer_component
-from site_agent.job_contents import app_refusal, launcher_refusal
-from site_agent.site_config import write_site_config
+from site_agent.kit.site_config import write_site_config
+from site_agent.privacy.job_contents import app_refusal, launcher_refusal
 
 DEPLOYER_ARGS = site_deployer_component()["args"]
 

@@ -239,8 +239,8 @@ def test_an_idle_warm_process_ends_by_itself_when_its_socket_closes_as_the_paren
 def test_a_job_asks_the_warm_process_for_the_kit_modules_its_config_names(tmp_path):
     (tmp_path / "config_fed_client.json").write_text(json.dumps({"executors": [{"executor": {
         "path": "site_agent.tasks.fedavg_linear.LinearRegressionTask", "args": {"path": "/data/site-1"}}}],
-        "components": [{"id": "clock", "path": "site_agent.transfers.TaskClock"}]}))
-    kit = ["site_agent.tasks.segmentation", "site_agent.tasks.fedavg_linear", "site_agent.transfers"]
+        "components": [{"id": "clock", "path": "site_agent.tasks.transfers.TaskClock"}]}))
+    kit = ["site_agent.tasks.segmentation", "site_agent.tasks.fedavg_linear", "site_agent.tasks.transfers"]
 
-    assert job_modules(str(tmp_path), kit) == ["site_agent.tasks.fedavg_linear", "site_agent.transfers"]
+    assert job_modules(str(tmp_path), kit) == ["site_agent.tasks.fedavg_linear", "site_agent.tasks.transfers"]
     assert job_modules(str(tmp_path / "absent"), kit) == []

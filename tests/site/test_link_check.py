@@ -10,8 +10,8 @@ import ssl
 import threading
 
 from federation_tools.loopback import free_port
-from site_agent.kit import SiteKit
-from site_agent.preflight import FAIL, WARN, check_link
+from site_agent.kit.preflight import FAIL, WARN, check_link
+from site_agent.kit.startup import SiteKit
 
 
 def _set_target(kit, port=None, scheme=None):

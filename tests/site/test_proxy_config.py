@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from site_agent.cli import main as site_agent
-from site_agent.kit import SiteKit
-from site_agent.preflight import FAIL, check_server
-from site_agent.site_config import SiteConfig, SiteConfigError, parse_proxy, write_site_config
+from site_agent.kit.preflight import FAIL, check_server
+from site_agent.kit.site_config import SiteConfig, SiteConfigError, parse_proxy, write_site_config
+from site_agent.kit.startup import SiteKit
 
 
 @pytest.mark.parametrize("value", ["proxy.hospital.org:3128", "https://proxy:3128", "http://proxy", "http://p:1/x", 7])

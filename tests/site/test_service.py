@@ -13,8 +13,8 @@ import pytest
 from support import free_port
 
 from provisioning.provision import Federation, customise, load_template, provision
-from site_agent.service import unit_for
-from site_agent.start import EXIT_REFUSED, EXIT_UNAVAILABLE, Watchdog, exit_status, notify
+from site_agent.kit.service import unit_for
+from site_agent.kit.start import EXIT_REFUSED, EXIT_UNAVAILABLE, Watchdog, exit_status, notify
 
 BIN = Path(sys.executable).parent
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from site_agent.preflight import run_checks
+from site_agent.kit.preflight import run_checks
 
 
 def _rows(kit):

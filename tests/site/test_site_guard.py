@@ -11,8 +11,8 @@ from nvflare.apis.fl_constant import AdminCommandNames
 
 from fl_contract.job_params import SegmentationParams, job_component_args
 from fl_contract.job_privacy import DP_STATISTICS, WEIGHTS, SitePrivacy
-from site_agent.policy import SHELL_COMMANDS as POLICY_SHELL_COMMANDS
-from site_agent.policy import (
+from site_agent.privacy.policy import SHELL_COMMANDS as POLICY_SHELL_COMMANDS
+from site_agent.privacy.policy import (
     SITE_COMMANDS,
     PolicyError,
     SitePolicy,
@@ -21,7 +21,7 @@ from site_agent.policy import (
     load_policy,
     shell_refusal,
 )
-from site_agent.site_guard import SHELL_COMMANDS, admission_refusal, component_refusal, site_relative
+from site_agent.privacy.site_guard import SHELL_COMMANDS, admission_refusal, component_refusal, site_relative
 
 KINDS = ("brats-segmentation", "fedavg-linear", "fedkt-csd")
 POLICY = SitePolicy(allowed_job_kinds=KINDS, min_dp_noise_multiplier=1.0, max_release_epsilon=5.0,

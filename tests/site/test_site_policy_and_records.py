@@ -12,11 +12,11 @@ import pytest
 from fl_contract.job_privacy import DP_STATISTICS, WEIGHTS, SitePrivacy
 from provisioning.policy import DEFAULT_ACCEPTED_ROLES, default_site_policy
 from server_app.privacy.dp_calibration import composed_epsilon
-from site_agent.accounting import CLIENT_DP_DELTA, client_dp_epsilon, job_spend
-from site_agent.audit import RESULT_SENT, AuditLog, format_audit
 from site_agent.cli import main
-from site_agent.ledger import Ledger
-from site_agent.policy import POLICY_FILE, PolicyError, PolicyInForce, SitePolicy, load_policy, write_policy
+from site_agent.privacy.accounting import CLIENT_DP_DELTA, client_dp_epsilon, job_spend
+from site_agent.privacy.audit import RESULT_SENT, AuditLog, format_audit
+from site_agent.privacy.ledger import Ledger
+from site_agent.privacy.policy import POLICY_FILE, PolicyError, PolicyInForce, SitePolicy, load_policy, write_policy
 
 
 def test_policy_round_trips_through_its_file(tmp_path):

@@ -19,8 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import browser, non_blank
 
 from fl_runtime.status_server import StatusServerError, bind, is_loopback
-from site_agent.accounting import Spend
-from site_agent.audit import (
+from site_agent.kit.preflight import OK, CheckResult, save_check
+from site_agent.kit.site_config import write_site_config
+from site_agent.privacy.accounting import Spend
+from site_agent.privacy.audit import (
     COMMAND_REFUSED,
     JOB_ACCEPTED,
     JOB_END,
@@ -31,10 +33,8 @@ from site_agent.audit import (
     TASK_RECEIVED,
     AuditLog,
 )
-from site_agent.ledger import Ledger
-from site_agent.policy import load_policy
-from site_agent.preflight import OK, CheckResult, save_check
-from site_agent.site_config import write_site_config
+from site_agent.privacy.ledger import Ledger
+from site_agent.privacy.policy import load_policy
 
 HOSTILE_NAME = "<script>alert('name')</script>../../etc/passwd"
 HOSTILE_REASON = "<script>alert('reason')</script> names ../../../etc/shadow"

@@ -26,7 +26,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from site_agent.kit import ServerRefused, SiteKit, open_server_socket
+from site_agent.kit.startup import ServerRefused, SiteKit, open_server_socket
 
 FIRST_SAMPLE_BYTES = 64 * 1024
 MAX_SAMPLE_BYTES = 16 * 1024 * 1024

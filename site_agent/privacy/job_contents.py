@@ -1,7 +1,7 @@
 """What a job carries to this site, checked when the server deploys it, before any of it is written or built.
 
 FLARE 2.9's deploy path at a site (`nvflare/private/fed/client/training_cmds.py`, DeployProcessor): the site's guard
-is asked first (EventType.AUTHORIZE_COMMAND_CHECK), with the job's meta only (site_agent.site_guard); then the
+is asked first (EventType.AUTHORIZE_COMMAND_CHECK), with the job's meta only (site_agent.privacy.site_guard); then the
 site's `app_deployer` component (SystemComponents.APP_DEPLOYER, configured in `local/resources.json`) receives the
 meta and the app as zip bytes. `SiteDeployer` is that component: it reads the zip's listing and configuration in
 memory, so a refused job leaves nothing at the site, and only an admitted app goes on to FLARE's own AppDeployer.
@@ -45,10 +45,10 @@ from nvflare.private.fed.utils.app_deployer import AppDeployer
 from fl_contract.job_params import job_params
 from fl_contract.job_privacy import PARAMETERS, SitePrivacy
 from fl_contract.params import JobParams, ParameterError
-from site_agent.accounting import job_spend
-from site_agent.audit import JOB_ACCEPTED, JOB_REDEPLOYED, JOB_REFUSED, AuditLog
-from site_agent.policy import PolicyInForce
-from site_agent.site_config import SiteConfig, SiteConfigError
+from site_agent.kit.site_config import SiteConfig, SiteConfigError
+from site_agent.privacy.accounting import job_spend
+from site_agent.privacy.audit import JOB_ACCEPTED, JOB_REDEPLOYED, JOB_REFUSED, AuditLog
+from site_agent.privacy.policy import PolicyInForce
 
 CLIENT_CONFIG = "config/config_fed_client.json"
 SIGNATURE_FILES = frozenset({NVFLARE_SIG_FILE, NVFLARE_SUBMITTER_CRT_FILE})

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from site_agent.accounting import Spend
-from site_agent.journal import Journal, table
-from site_agent.policy import PolicyInForce, SitePolicy
+from site_agent.privacy.accounting import Spend
+from site_agent.privacy.journal import Journal, table
+from site_agent.privacy.policy import PolicyInForce, SitePolicy
 
 LEDGER_FILE = "privacy_ledger.jsonl"
 

@@ -26,8 +26,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from site_agent.kit import KitError
-from site_agent.policy import load_policy, write_private
+from site_agent.kit.startup import KitError
+from site_agent.privacy.policy import load_policy, write_private
 
 LOG_STREAMER_SUFFIX = ".SiteLogStreamer"
 

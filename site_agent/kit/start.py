@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from site_agent.kit import KitError, SiteKit, certificate_organisation
-from site_agent.preflight import FAIL, CheckResult, check_certificate, check_policy, check_server, format_table
-from site_agent.processes import stop_process_tree
+from site_agent.kit.preflight import FAIL, CheckResult, check_certificate, check_policy, check_server, format_table
+from site_agent.kit.processes import stop_process_tree
+from site_agent.kit.startup import KitError, SiteKit, certificate_organisation
 
 if TYPE_CHECKING:
     from werkzeug.serving import BaseWSGIServer

@@ -21,7 +21,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from site_agent.site_config import SiteConfigError, configured_proxy
+from site_agent.kit.site_config import SiteConfigError, configured_proxy
 
 EXPIRY_WARNING_DAYS = 30
 

@@ -1,6 +1,6 @@
 """Site-side admission control, configured by site IT in `local/resources.json` (a job cannot switch it off).
 
-The rules are the site's privacy policy (`local/site_policy.json`, site_agent.policy), read afresh for every
+The rules are the site's privacy policy (`local/site_policy.json`, site_agent.privacy.policy), read afresh for every
 decision. FLARE lets a `super` admin bypass the site's `authorization.json`, but it asks every component of the site
 before running an admin command (EventType.AUTHORIZE_COMMAND_CHECK), whatever the role, so the guard decides:
 
@@ -12,14 +12,14 @@ before running an admin command (EventType.AUTHORIZE_COMMAND_CHECK), whatever th
 - deploying a job (`submit_job`, sent by the server) is refused when its submitter's role is not accepted, it was
   built for another `site_agent` version, its declared kind or privacy (fl_contract.job_privacy) is weaker than the
   policy, or its spend would exceed the site's budget. What the job carries (code, classes, dataset keys) is
-  checked next, by the site's deployer (site_agent.job_contents). The refusal reason reaches the admin in the job's
-  status, and never quotes a path of the site.
+  checked next, by the site's deployer (site_agent.privacy.job_contents). The refusal reason reaches the admin in the
+  job's status, and never quotes a path of the site.
 
 When the job starts, FLARE asks the same guard, in the job's process, about every component it builds
 (EventType.BEFORE_BUILD_COMPONENT): the site task must be the one the declared kind runs here (`kind_tasks`,
 written by provisioning), send what the declaration says, and take the declared parameters. The policy and budget
-are checked again there, and the job's spend is charged to the ledger (site_agent.ledger). The scheduler's resource
-check is left alone (the job would wait in SUBMITTED forever).
+are checked again there, and the job's spend is charged to the ledger (site_agent.privacy.ledger). The scheduler's
+resource check is left alone (the job would wait in SUBMITTED forever).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from nvflare.security.security import COMMAND_CATEGORIES, CommandCategory
 
 from fl_contract.job_privacy import JOB_KIND_KEY, SitePrivacy, release_of
 from fl_contract.version import AGENT_VERSION, AGENT_VERSION_KEY
-from site_agent.accounting import job_spend
-from site_agent.audit import (
+from site_agent.privacy.accounting import job_spend
+from site_agent.privacy.audit import (
     COMMAND_ALLOWED,
     COMMAND_REFUSED,
     JOB_END,
@@ -50,9 +50,9 @@ from site_agent.audit import (
     JOB_STARTED,
     AuditLog,
 )
-from site_agent.job_contents import class_path, declaration_refusal
-from site_agent.ledger import Ledger
-from site_agent.policy import (
+from site_agent.privacy.job_contents import class_path, declaration_refusal
+from site_agent.privacy.ledger import Ledger
+from site_agent.privacy.policy import (
     PolicyInForce,
     SitePolicy,
     command_refusal,
@@ -168,7 +168,7 @@ class SiteGuard(FLComponent):  # type: ignore[misc]  # FLARE ships no type infor
         else:
             reason = admission_refusal(role, meta, site.policy) or \
                 Ledger(site.records).refusal(job_spend(SitePrivacy.from_meta(meta)), site.policy, job_id)
-        if reason:  # else the deployer (site_agent.job_contents) checks what the job carries and records the decision
+        if reason:  # else the deployer (privacy.job_contents) checks what the job carries and records the decision
             audit.record(JOB_REFUSED, job_id, reason=reason)
             self._refuse(fl_ctx, f"refused job {job_id}", reason)
 

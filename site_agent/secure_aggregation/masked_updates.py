@@ -4,7 +4,7 @@ With the job's `secure_aggregation` on (the job's parameters, which the site's g
 decide; never the server's message), the round's `train` task trains as usual, then checks the update (finite,
 the shapes sent, L2 norm of the difference within the job's bound, sample count) and encodes it
 (`fl_contract.masked_weights`), and answers with fresh keys instead of weights. The `shares`, `masked_update` and
-`unmask` tasks then run Bonawitz et al.'s protocol (`site_agent.secure_aggregation`) on that vector. Keys and
+`unmask` tasks then run Bonawitz et al.'s protocol (`site_agent.secure_aggregation.protocol`) on that vector. Keys and
 vector live in this object's memory for one round's session only: every round starts with new keys, new shares and
 a new self-mask seed, bound to the session the server names (job, round and attempt), so nothing the server is
 given to unmask one round opens another.
@@ -20,8 +20,8 @@ from nvflare.app_common.abstract.fl_model import FLModel
 
 from fl_contract import secure_aggregation_messages as messages
 from fl_contract.masked_weights import GROUPS, TASK_MASKED, WeightGroups
-from site_agent.secure_aggregation import SecureAggregationSite, site_floor
-from site_agent.secure_aggregation_identity import SigningIdentity
+from site_agent.secure_aggregation.identity import SigningIdentity
+from site_agent.secure_aggregation.protocol import SecureAggregationSite, site_floor
 
 TASKS = (messages.TASK_SHARES, TASK_MASKED, messages.TASK_UNMASK)
 

@@ -12,8 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from site_agent.kit import KitError, SiteKit, certificate_organisation
-from site_agent.start import EXIT_REFUSED, STOP_GRACE_S
+from site_agent.kit.start import EXIT_REFUSED, STOP_GRACE_S
+from site_agent.kit.startup import KitError, SiteKit, certificate_organisation
 
 SERVER_MODULE = "nvflare.private.fed.app.server.server_train"
 RESTART_SEC = 15

@@ -6,7 +6,7 @@ Distributed provisioning, FLARE's (`nvflare cert request`, `nvflare package`) wi
    hospital (FLARE's request folder: the key 0600, the folder owner-only). Only `<name>.request.zip` (the CSR and
    who asks) goes to the federation lead; the key never leaves the folder.
 2. The lead's `fl-provision approve` signs it and returns `<name>.approved.zip`: FLARE's signed zip (the
-   certificate, the root CA) and our kit policy (site_agent.kit_policy), signed with the same root CA key.
+   certificate, the root CA) and our kit policy (site_agent.kit.kit_policy), signed with the same root CA key.
 3. `site-agent install-kit` checks, before anything is written, that the root CA is the one whose fingerprint the
    lead gave out of band, that the kit policy is signed by it and made for this request (project, name, request id,
    certificate), then lets FLARE assemble the kit (which checks its own signature and that the folder's key is the
@@ -31,8 +31,7 @@ from typing import Any
 
 import yaml
 
-from site_agent.kit import KitError
-from site_agent.kit_policy import (
+from site_agent.kit.kit_policy import (
     APPROVAL_FILE,
     SIGNATURE_FILE,
     KitApproval,
@@ -42,6 +41,7 @@ from site_agent.kit_policy import (
     sha256_hex,
     verify_approval,
 )
+from site_agent.kit.startup import KitError
 
 REQUEST_FILE = "request.json"
 APPROVED_SUFFIX = ".approved.zip"

@@ -17,8 +17,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from site_agent.journal import Journal, table
-from site_agent.policy import PolicyInForce
+from site_agent.privacy.journal import Journal, table
+from site_agent.privacy.policy import PolicyInForce
 
 AUDIT_FILE = "audit_log.jsonl"
 

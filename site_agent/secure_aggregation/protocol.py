@@ -36,8 +36,8 @@ from fl_contract.secure_aggregation import (
     pairwise_seeds,
     split_secret,
 )
-from site_agent.policy import PolicyInForce
-from site_agent.secure_aggregation_identity import SigningIdentity
+from site_agent.privacy.policy import PolicyInForce
+from site_agent.secure_aggregation.identity import SigningIdentity
 
 
 def site_floor(kit: Path) -> int:
@@ -55,7 +55,7 @@ class SecureAggregationSite:
     majority of the key exchange) is the fewest sites that must have shared and survive in the whole aggregation.
 
     With an `identity` (a provisioned kit) the site signs its keys and takes part only if every peer's keys are
-    signed by that peer's certificate from the same federation (`site_agent.secure_aggregation_identity`).
+    signed by that peer's certificate from the same federation (`site_agent.secure_aggregation.identity`).
     """
 
     def __init__(self, site: str, session: str, min_threshold: int, identity: SigningIdentity | None = None):

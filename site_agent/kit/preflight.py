@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from site_agent import __version__
-from site_agent.job_contents import SITE_DEPLOYER_PATH
-from site_agent.kit import (
+from site_agent.kit.link import LinkNotMeasured, job_models, mbit_s, measure_link, seconds
+from site_agent.kit.site_config import SiteConfig, SiteConfigError
+from site_agent.kit.startup import (
     EXPIRY_WARNING_DAYS,
     KitError,
     ProxyRefused,
@@ -27,10 +28,9 @@ from site_agent.kit import (
     exchange_with_server,
     verify_certificate_chain,
 )
-from site_agent.link import LinkNotMeasured, job_models, mbit_s, measure_link, seconds
-from site_agent.policy import PolicyInForce
-from site_agent.site_config import SiteConfig, SiteConfigError
-from site_agent.site_guard import SITE_GUARD_PATH
+from site_agent.privacy.job_contents import SITE_DEPLOYER_PATH
+from site_agent.privacy.policy import PolicyInForce
+from site_agent.privacy.site_guard import SITE_GUARD_PATH
 
 if TYPE_CHECKING:  # torch takes seconds to import: the fast commands never load it
     from fl_contract.device import GpuFacts
@@ -126,7 +126,7 @@ def check_server(kit: SiteKit, timeout: float = 5.0) -> CheckResult:
 
 
 def check_link(kit: SiteKit) -> CheckResult:
-    """Round trip and upload rate to the server after mutual TLS (site_agent.link), and how long a round's transfer
+    """Round trip and upload rate to the server after mutual TLS (site_agent.kit.link), and how long a round's transfer
     of each job kind's default model the site runs would take at that rate; warns above WARN_ROUND_TRANSFER_S."""
     where = f"{kit.server_host}:{kit.server_port}"
     try:
@@ -217,7 +217,7 @@ def check_file_modes(kit: SiteKit) -> CheckResult:
 
 
 def check_privacy_policy(kit: SiteKit) -> CheckResult:
-    """The policy in force for the next job (site_agent.policy), and where its records go."""
+    """The policy in force for the next job (site_agent.privacy.policy), and where its records go."""
     site = PolicyInForce.read(kit.root / "local")
     if site.policy is None:
         return CheckResult("privacy policy", FAIL, site.problem,
