@@ -30,9 +30,9 @@ from monai.data import PydicomReader
 from pydicom.uid import UID, JPEG2000Lossless, JPEGLSLossless
 from readme_section import write_section
 
-from site_agent.data import dicom_series
-from site_agent.data.dicom_demo import SeriesIds, write_dicom_series
-from site_agent.data.dicom_series import read_dicom_series
+from site_agent.data.demo.dicom_demo import SeriesIds, write_dicom_series
+from site_agent.data.readers import dicom_series
+from site_agent.data.readers.dicom_series import read_dicom_series
 
 BASELINE = "plain pydicom (dcmread + stack)"
 

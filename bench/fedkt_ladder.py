@@ -48,7 +48,7 @@ from server_app.fedkt_release import (
     synthetic_counts,
 )
 from server_app.privacy.dp_calibration import calibrate_noise
-from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.demo_autoencoder import read_quality, reconstruct
 from site_agent.fedkt_csd.site_data import LabelledImages, load_split, read_images, statistics_vector
 

@@ -35,7 +35,7 @@ from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder, to_auto
 from jobs.fedkt_csd.spec import FedKTCSDParams
 from server_app.fedkt_release import decode_latents, release_class_gaussians, sample_latents
 from server_app.privacy.dp_calibration import calibrate_noise
-from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.site_data import LabelledImages, load_split, read_images, statistics_vector
 from site_agent.fedkt_csd.stats import clip_latents, encode_latents
 

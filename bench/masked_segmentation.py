@@ -22,7 +22,7 @@ from pathlib import Path
 from federation_tools.simulate import simulate
 from jobs.common import build_job, export
 from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, KIND, SegmentationParams
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*? - round (\d+)(/\d+: sending|: aggregated)")
 

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from fl_contract.models import build_model
-from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.playerfl.data import IsicImages, load_site_splits
 from site_agent.playerfl.sensitivity import federation_sensitivity
 from site_agent.playerfl.training import adam, focal_loss, train_epochs

@@ -57,8 +57,8 @@ from server_app.playerfl_split import (  # noqa: E402
     normalise_curve,
     threshold_split,
 )
+from site_agent.data.demo.synthetic_isic import write_isic_site  # noqa: E402
 from site_agent.data.isic import GROUND_TRUTH_CSV, IMAGE_FOLDER, METADATA_CSV  # noqa: E402
-from site_agent.data.synthetic_isic import write_isic_site  # noqa: E402
 
 NARROW_CNN5 = {"channels": [4, 8, 16, 32, 64], "hidden": 32}
 SITES = 4

@@ -32,8 +32,8 @@ from jobs.segmentation.spec import KIND as SEGMENTATION
 from jobs.spec import JobKind
 from provisioning.provision import customise, load_template, provision
 from server_app.site_events import EVENTS_FILE, REJOINED, RETURNED
-from site_agent.data.linear_demo import write_linear_site
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.linear_demo import write_linear_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
 from site_agent.kit.site_config import write_site_config
 
 SITES = ["site-1", "site-2", "site-3"]

@@ -35,7 +35,7 @@ from fl_contract.models import build_model
 from fl_contract.segmentation import DICE, LESION_DICE, MEAN, MODEL, SELECTION_METRIC, TEST, VAL, metric_key
 from jobs.common import build_job, export
 from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, KIND, SegmentationParams
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
 from site_agent.segmentation.data import SiteData, load_site_data
 from site_agent.segmentation.metrics import score_cases, site_summary
 from site_agent.segmentation.training import train_epochs

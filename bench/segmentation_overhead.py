@@ -31,7 +31,7 @@ from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 from fl_contract.models import state_dict_to_numpy
 from fl_contract.segmentation import VAL
 from jobs.segmentation.spec import KIND, SegmentationParams
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
 from site_agent.kit.site_config import SiteConfig
 from site_agent.tasks.executor import SiteContext
 

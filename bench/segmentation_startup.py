@@ -38,8 +38,8 @@ from jobs.fedavg_linear.spec import FedAvgLinearParams
 from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, SegmentationParams
 from jobs.segmentation.spec import KIND as SEGMENTATION
 from provisioning.provision import Federation, customise, load_template, provision
-from site_agent.data.linear_demo import write_linear_site
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.linear_demo import write_linear_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
 from site_agent.kit.site_config import write_site_config
 
 ADMIN = "admin@bench.org"

@@ -29,7 +29,7 @@ from federation_tools.loopback import LoopbackFederation, free_port
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.provision import customise, load_template, provision
-from site_agent.data.linear_demo import write_linear_site
+from site_agent.data.demo.linear_demo import write_linear_site
 from site_agent.kit.site_config import write_site_config
 
 SITES = ["site-1", "site-2", "site-3"]

@@ -56,8 +56,8 @@ from jobs.segmentation.spec import KIND as SEGMENTATION
 from jobs.spec import JobKind
 from provisioning.provision import Federation, customise, load_template, provision
 from server_app.transfers import describe, read_transfers
-from site_agent.data.linear_demo import write_linear_site
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.linear_demo import write_linear_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
 from site_agent.kit.site_config import write_site_config
 
 ADMIN = "admin@wan.org"

@@ -27,7 +27,7 @@ from federation_tools.simulate import simulate
 from fl_contract.segmentation import SELECTION_METRIC, TEST_METRIC
 from jobs.common import build_job, export
 from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, KIND, SegmentationParams
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
 
 SITES = ["site-1", "site-2", "site-3"]
 ENCODINGS = ("float32", "float16")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.data.demo.synthetic_isic import write_isic_site
 
 DEMO_SITES = 3
 ISIC_IMAGES_PER_SITE = 96

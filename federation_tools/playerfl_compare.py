@@ -10,7 +10,7 @@ from federation_tools.simulate import simulate
 from jobs.common import build_job, export
 from jobs.playerfl.spec import KIND, PLayerFLParams
 from server_app.results import RESULTS_FILE
-from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.data.demo.synthetic_isic import write_isic_site
 
 
 def write_demo_sites(data_dir: Path, num_sites: int, images_per_site: int, image_size: int, alpha: float,

@@ -21,7 +21,7 @@ _COMMAND_MODULES = (
     "site_agent.privacy.ledger",
     "site_agent.privacy.audit",
     "site_agent.status.cli",
-    "site_agent.data.demo_cli",
+    "site_agent.data.demo.demo_cli",
     "site_agent.fedkt_csd.cli",
     "site_agent.playerfl.cli",
 )

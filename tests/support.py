@@ -29,8 +29,8 @@ from jobs.segmentation.spec import CPU_DEMO_DATA
 from provisioning.provision import Federation, customise, load_template, provision
 from server_app.fedkt_csd import secure_statistics
 from server_app.privacy.secure_aggregation import SecureAggregation
-from site_agent.data.linear_demo import write_linear_site
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.linear_demo import write_linear_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
 from site_agent.kit.site_config import write_site_config
 
 

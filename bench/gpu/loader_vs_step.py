@@ -45,7 +45,7 @@ def main() -> int:
     from fl_contract.job_params import SegmentationParams
     from fl_contract.models.segmentation import segresnet
     from fl_contract.precision import select_precision
-    from site_agent.data.synthetic_brats import write_brats_site
+    from site_agent.data.demo.synthetic_brats import write_brats_site
     from site_agent.segmentation.data import load_site_data
     from site_agent.segmentation.training import train_epochs
 

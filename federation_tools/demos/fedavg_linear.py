@@ -9,7 +9,7 @@ from federation_tools.admin import JobOutcome
 from federation_tools.demo_job import DemoJob
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from server_app.results import RESULTS_FILE
-from site_agent.data.linear_demo import write_linear_site
+from site_agent.data.demo.linear_demo import write_linear_site
 
 
 def site_data(index: int, site: str, root: Path) -> dict[str, str]:

@@ -10,7 +10,7 @@ from federation_tools.demo_job import DemoJob
 from jobs.segmentation.spec import CPU_DEMO, CPU_DEMO_DATA, KIND, SegmentationParams
 from reports.segmentation import markdown
 from server_app.results import RESULTS_FILE
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
 
 
 def site_data(index: int, site: str, root: Path) -> dict[str, str]:

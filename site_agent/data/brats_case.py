@@ -27,10 +27,10 @@ from monai.transforms.transform import MapTransform
 from monai.transforms.utility.dictionary import CastToTyped, ConvertToMultiChannelBasedOnBratsClassesd
 
 from fl_contract.labels import BRATS_2021, LABEL_MAPS, REGIONS, LabelMap
-from site_agent.data.nifti import NIFTI_SUFFIXES
 from site_agent.data.pipeline import SiteCacheDataset, SitePersistentDataset
-from site_agent.data.reader import DataError, Image, refuse_broken_link
-from site_agent.data.volume_readers import read_volume
+from site_agent.data.readers.nifti import NIFTI_SUFFIXES
+from site_agent.data.readers.reader import DataError, Image, refuse_broken_link
+from site_agent.data.readers.volume_readers import read_volume
 
 MODALITIES = ("t1", "t1ce", "t2", "flair")
 """Channel order of every stacked case: T1, T1 post-contrast, T2, FLAIR."""

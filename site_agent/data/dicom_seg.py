@@ -21,8 +21,8 @@ from pydicom.uid import generate_uid
 
 from fl_contract.labels import LabelMap
 from fl_contract.version import AGENT_VERSION
-from site_agent.data.dicom_series import ordered_slices
-from site_agent.data.reader import DataError
+from site_agent.data.readers.dicom_series import ordered_slices
+from site_agent.data.readers.reader import DataError
 
 SEG_SERIES_NUMBER = 900
 _TYPE_2_STUDY_ATTRIBUTES = ("PatientBirthDate", "PatientSex", "AccessionNumber", "StudyID", "StudyDate", "StudyTime",
@@ -53,7 +53,7 @@ def write_dicom_seg(labels: np.ndarray, label_map: LabelMap, source_series: Path
                     model_description: str) -> Path:
     """Write the (X, Y, Z) label map as a binary DICOM SEG over the DICOM series in `source_series`.
 
-    `labels` must lie on that series' grid as `site_agent.data.dicom_series.read_dicom_series` reads it; frame k
+    `labels` must lie on that series' grid as `site_agent.data.readers.dicom_series.read_dicom_series` reads it; frame k
     covers its slice k (for an Enhanced multi-frame source, the SEG's frames follow the source file's frames).
     `model_description` names the model in the SEG's algorithm identification.
     """

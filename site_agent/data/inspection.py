@@ -29,12 +29,12 @@ from site_agent.data.brats_case import (
     label_values,
     read_case,
 )
-from site_agent.data.dicom_series import read_dicom_series
+from site_agent.data.demo.linear_demo import FILE_NAME as LINEAR_FILE
+from site_agent.data.demo.linear_demo import load_linear_site
 from site_agent.data.isic import GROUND_TRUTH_CSV, IsicImageReader, scan_isic_site
-from site_agent.data.linear_demo import FILE_NAME as LINEAR_FILE
-from site_agent.data.linear_demo import load_linear_site
-from site_agent.data.nifti import NIFTI_SUFFIXES
-from site_agent.data.reader import DataError
+from site_agent.data.readers.dicom_series import read_dicom_series
+from site_agent.data.readers.nifti import NIFTI_SUFFIXES
+from site_agent.data.readers.reader import DataError
 
 AUTOENCODER_CONFIG = "config.json"
 """What marks a folder as a local autoencoder (diffusers' `save_pretrained` layout)."""

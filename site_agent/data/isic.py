@@ -31,7 +31,7 @@ from PIL import Image as PILImage
 
 from fl_contract.classes import ISIC_CLASSES, TRAINING_CLASSES
 from site_agent.data.pipeline import SiteDataset
-from site_agent.data.reader import DataError, Image, os_error, refuse_broken_link
+from site_agent.data.readers.reader import DataError, Image, os_error, refuse_broken_link
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import torch
 from monai.data.dataset import CacheDataset, Dataset, PersistentDataset
 from monai.utils.enums import TraceKeys
 
-from site_agent.data.reader import DataError
+from site_agent.data.readers.reader import DataError
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from site_agent.data.reader import DataError
+from site_agent.data.readers.reader import DataError
 
 R = TypeVar("R")
 _SUM_TOLERANCE = 1e-9

@@ -32,8 +32,8 @@ from fl_contract.models.dcae import (
     save_autoencoder,
     to_autoencoder_range,
 )
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.data.isic import read_isic_site
-from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.site_data import LabelledImages, read_images
 from site_agent.fedkt_csd.stats import encode_latents
 

@@ -250,7 +250,7 @@ def _check_dataset(config: SiteConfig, site_name: str, key: str, deep: bool,
     """Reads each dataset folder the way a job will, so site IT finds a data problem before a job does; an empty folder
     is only a warning, since brats-inference writes its output into one."""
     from site_agent.data.inspection import KNOWN_CONTENT, SERIES_KIND, inspect_folder  # torch, MONAI, pydicom: seconds
-    from site_agent.data.reader import DataError
+    from site_agent.data.readers.reader import DataError
 
     name = f"data {key}"
     try:

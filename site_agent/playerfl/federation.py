@@ -32,7 +32,7 @@ from site_agent.data.isic import (
     flamby_center,
     read_isic_site,
 )
-from site_agent.data.reader import DataError
+from site_agent.data.readers.reader import DataError
 
 PAPER_CENTRES = FLAMBY_CENTERS[:4]
 PAPER_CAP = 5000

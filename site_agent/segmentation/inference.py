@@ -24,8 +24,8 @@ from fl_contract.job_params.segmentation import SlidingWindow
 from fl_contract.labels import LabelMap
 from site_agent.data.brats_case import MODALITIES, REFERENCE_MODALITY, BratsCase, GridPolicy, brats_transforms
 from site_agent.data.dicom_seg import write_dicom_seg
-from site_agent.data.nifti import write_nifti
 from site_agent.data.pipeline import surface_data_errors
+from site_agent.data.readers.nifti import write_nifti
 from site_agent.segmentation.data import normalise, ras_1mm
 from site_agent.segmentation.predict import label_map_from_regions, region_logits, regions_from_logits
 

@@ -10,7 +10,7 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
 from fl_contract.job_params import FedAvgLinearParams, job_params
 from fl_contract.models import build_model, load_numpy_params, state_dict_to_numpy
-from site_agent.data.linear_demo import load_linear_site
+from site_agent.data.demo.linear_demo import load_linear_site
 from site_agent.tasks.executor import SiteContext, TaskExecutor
 
 

@@ -12,7 +12,7 @@ from pydicom.datadict import dictionary_VR
 from pydicom.dataelem import RawDataElement
 from pydicom.tag import Tag
 
-from site_agent.data.nifti import read_nifti, write_nifti
+from site_agent.data.readers.nifti import read_nifti, write_nifti
 
 
 def write_raw_header(paths: list[Path], **values: str) -> None:

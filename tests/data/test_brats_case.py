@@ -22,9 +22,9 @@ from site_agent.data.brats_case import (
     read_datalist,
     write_datalist,
 )
-from site_agent.data.nifti import read_nifti, write_nifti
-from site_agent.data.reader import DataError
-from site_agent.data.synthetic_brats import synthetic_case, write_brats_site
+from site_agent.data.demo.synthetic_brats import synthetic_case, write_brats_site
+from site_agent.data.readers.nifti import read_nifti, write_nifti
+from site_agent.data.readers.reader import DataError
 
 SHAPE = (24, 24, 24)
 

@@ -22,7 +22,7 @@ from pydicom.data import get_testdata_file
 from pydicom.encaps import encapsulate
 from pydicom.uid import JPEGBaseline8Bit
 
-from site_agent.data.dicom_series import read_dicom_series
+from site_agent.data.readers.dicom_series import read_dicom_series
 
 pytestmark = pytest.mark.filterwarnings("ignore:The (pixel data|number of bytes).*:UserWarning")
 WITH_GEOMETRY = ["MR_small_jpeg_ls_lossless.dcm", "MR_small_jp2klossless.dcm", "MR_small_RLE.dcm", "MR2_J2KR.dcm",
@@ -110,7 +110,7 @@ def test_a_missing_decoder_names_the_packages_to_install(tmp_path):
     # Prepare: a JPEG-LS series, read by a process in which neither JPEG-LS decoder package can be imported
     path = _placed(get_testdata_file("MR_small_jpeg_ls_lossless.dcm", download=False), tmp_path / "series")
     blocked = "import sys; [sys.modules.__setitem__(m, None) for m in ('jpeg_ls', 'pylibjpeg', 'libjpeg', 'gdcm')]; "
-    read = (f"from site_agent.data.dicom_series import read_dicom_series\n"
+    read = (f"from site_agent.data.readers.dicom_series import read_dicom_series\n"
             f"try:\n    read_dicom_series({str(tmp_path / 'series')!r})\n"
             f"except Exception as err:\n    print(type(err).__name__, err)")
 

@@ -15,10 +15,10 @@ from pydicom.dataset import Dataset
 from pydicom.uid import JPEG2000Lossless, JPEGLSLossless, RLELossless
 
 from fl_contract.labels import BRATS_2021
-from site_agent.data.dicom_demo import SeriesIds, write_dicom_series
+from site_agent.data.demo.dicom_demo import SeriesIds, write_dicom_series
 from site_agent.data.dicom_seg import write_dicom_seg
-from site_agent.data.dicom_series import DicomSeriesReader, ordered_slices, read_dicom_series
-from site_agent.data.reader import DataError
+from site_agent.data.readers.dicom_series import DicomSeriesReader, ordered_slices, read_dicom_series
+from site_agent.data.readers.reader import DataError
 
 pytestmark = pytest.mark.filterwarnings("ignore:The string .* is unlikely to represent the intended person name")
 OBLIQUE_AFFINE = np.array(

@@ -11,10 +11,10 @@ import pytest
 from data.malformed import write_raw_header
 from pydicom.data import get_testdata_file
 
-from site_agent.data import dicom_series
-from site_agent.data.dicom_demo import SeriesIds, write_dicom_series
-from site_agent.data.dicom_series import DicomSeriesReader, read_dicom_series, series_files
-from site_agent.data.reader import DataError, ImageReader
+from site_agent.data.demo.dicom_demo import SeriesIds, write_dicom_series
+from site_agent.data.readers import dicom_series
+from site_agent.data.readers.dicom_series import DicomSeriesReader, read_dicom_series, series_files
+from site_agent.data.readers.reader import DataError, ImageReader
 
 OBLIQUE_AFFINE = np.array(
     [[-0.9, 0.0, 0.0, 12.5], [0.0, -0.883, 0.3, -40.0], [0.0, 0.2943, 0.9, 7.25], [0.0, 0.0, 0.0, 1.0]]

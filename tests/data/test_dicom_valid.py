@@ -15,8 +15,8 @@ import pytest
 
 from fl_contract.labels import BRATS_2021
 from site_agent.data.brats_case import DEFAULT_DICOM_FOLDERS, MODALITIES
+from site_agent.data.demo.synthetic_brats import write_brats_site
 from site_agent.data.dicom_seg import write_dicom_seg
-from site_agent.data.synthetic_brats import write_brats_site
 
 DCIODVFY = shutil.which("dciodvfy")
 pytestmark = pytest.mark.needs(None if DCIODVFY else "dciodvfy is not installed (Debian package dicom3tools: "

@@ -15,6 +15,7 @@ from monai.transforms import Compose, EnsureTyped, Resized, ScaleIntensityRanged
 from torch.utils.data import DataLoader
 
 from fl_contract.classes import ISIC_CLASSES, PLAYERFL_CLASSES, TRAINING_CLASSES
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.data.isic import (
     GROUND_TRUTH_CSV,
     IMAGE_FOLDER,
@@ -27,8 +28,7 @@ from site_agent.data.isic import (
     read_isic_site,
     scan_isic_site,
 )
-from site_agent.data.reader import DataError
-from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.data.readers.reader import DataError
 
 
 def _site(tmp_path: Path, classes=PLAYERFL_CLASSES, n_images: int = 20, site_index: int = 1) -> Path:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from data.malformed import patch_nifti1_header
 
-from site_agent.data.nifti import read_nifti
-from site_agent.data.reader import DataError
+from site_agent.data.readers.nifti import read_nifti
+from site_agent.data.readers.reader import DataError
 
 NIBABEL_DATA = Path(nib.__file__).parent / "tests" / "data"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from site_agent.data.reader import DataError
+from site_agent.data.readers.reader import DataError
 from site_agent.data.split import split_records
 
 THREE_PARTS = {"train": 0.64, "val": 0.16, "test": 0.20}

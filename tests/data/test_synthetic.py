@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 
 from fl_contract.classes import PLAYERFL_CLASSES
-from site_agent.data import demo_cli
 from site_agent.data.brats_case import MODALITIES, discover_cases, read_datalist
+from site_agent.data.demo import demo_cli
+from site_agent.data.demo.synthetic_brats import synthetic_case, write_brats_site
+from site_agent.data.demo.synthetic_isic import site_class_proportions, write_isic_site
 from site_agent.data.isic import read_isic_site
-from site_agent.data.synthetic_brats import synthetic_case, write_brats_site
-from site_agent.data.synthetic_isic import site_class_proportions, write_isic_site
 
 
 def _digest(folder: Path) -> dict[str, str]:

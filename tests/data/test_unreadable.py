@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image as PilImage
 
-from site_agent.data.dicom_demo import SeriesIds, write_dicom_series
-from site_agent.data.dicom_series import read_dicom_series
+from site_agent.data.demo.dicom_demo import SeriesIds, write_dicom_series
 from site_agent.data.isic import IsicImageReader
-from site_agent.data.nifti import read_nifti, write_nifti
-from site_agent.data.reader import DataError
+from site_agent.data.readers.dicom_series import read_dicom_series
+from site_agent.data.readers.nifti import read_nifti, write_nifti
+from site_agent.data.readers.reader import DataError
 
 _NOBODY = 65534
 

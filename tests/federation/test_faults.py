@@ -26,7 +26,7 @@ from federation_tools.loopback import LoopbackFederation
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.provision import Federation
-from site_agent.data.linear_demo import generate_linear_sites
+from site_agent.data.demo.linear_demo import generate_linear_sites
 from site_agent.privacy.audit import AuditLog
 from site_agent.privacy.ledger import Ledger
 

@@ -33,8 +33,8 @@ from server_app.fedkt_release import release_class_gaussians
 from server_app.privacy.dp_calibration import calibrate_noise
 from server_app.server_config import write_server_config
 from server_app.transfers import read_transfers
-from site_agent.data.synthetic_brats import write_brats_site
-from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.site_data import statistics_vector
 from site_agent.kit.site_config import write_site_config
 

@@ -37,8 +37,8 @@ from jobs.spec import JobKind
 from provisioning.provision import Federation
 from server_app.results import BEST_MODEL_FILE, GLOBAL_MODEL_FILE
 from server_app.server_config import write_server_config
+from site_agent.data.demo.synthetic_brats import write_brats_site
 from site_agent.data.isic import read_isic_site
-from site_agent.data.synthetic_brats import write_brats_site
 from site_agent.kit.site_config import SiteConfig, write_site_config
 
 pytestmark = pytest.mark.federation

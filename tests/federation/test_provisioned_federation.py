@@ -30,7 +30,7 @@ from provisioning.provision import Federation, customise, load_template, provisi
 from reports import evaluation_cli
 from reports import segmentation as segmentation_report
 from server_app.server_config import ServerConfig, write_server_config
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
 from site_agent.kit.preflight import run_checks
 from site_agent.kit.site_config import SiteConfig, write_site_config
 from site_agent.privacy.audit import RESULT_SENT, AuditLog

@@ -21,8 +21,8 @@ from jobs.common import build_job, export
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
 from jobs.registry import server_allow_list, site_allow_list
 from server_app import fedkt_outputs as outputs
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.data.isic import GROUND_TRUTH_CSV
-from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.demo_autoencoder import public_images, train_autoencoder
 
 SITES = ["site-1", "site-2", "site-3"]

@@ -24,7 +24,7 @@ from fl_contract.models import state_dict_to_numpy
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
 from fl_contract.secure_aggregation import SecureAggregationError
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
-from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.site_data import statistics_vector
 from site_agent.kit.site_config import SiteConfig, write_site_config
 from site_agent.privacy.policy import SitePolicy, write_policy

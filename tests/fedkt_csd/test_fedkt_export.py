@@ -18,7 +18,7 @@ from fl_contract.fedkt_csd.wire import RING_DTYPE
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
 from site_agent.cli import main
-from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.export import METADATA_FILE, PAYLOAD_FILE, SUMMARY_FILE, ExportSettings, read_export
 from site_agent.fedkt_csd.site_data import statistics_vector
 from site_agent.kit.site_config import SiteConfig, write_site_config

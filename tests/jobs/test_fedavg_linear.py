@@ -18,7 +18,7 @@ from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from server_app.transfers import read_transfers
 from site_agent import __version__
-from site_agent.data.linear_demo import FILE_NAME, write_linear_site
+from site_agent.data.demo.linear_demo import FILE_NAME, write_linear_site
 
 SITES = ["site-1", "site-2", "site-3"]
 

@@ -32,7 +32,7 @@ from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from jobs.playerfl.spec import PLayerFLParams
 from jobs.registry import kinds
 from server_app.aggregation import SiteUpdate, aggregate, encoded_updates, matching, take_updates
-from site_agent.data.linear_demo import write_linear_site
+from site_agent.data.demo.linear_demo import write_linear_site
 from site_agent.kit.site_config import SiteConfig, write_site_config
 from site_agent.tasks.executor import SiteContext
 from site_agent.tasks.fedavg_linear import LinearRegressionTask

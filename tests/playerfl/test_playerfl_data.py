@@ -4,8 +4,8 @@ augmentation that a round repeats exactly."""
 import pytest
 import torch
 
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.data.isic import IsicRecord
-from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.playerfl.data import CHANNEL_MEAN, IsicImages, class_weights, load_site_splits
 from site_agent.playerfl.training import focal_loss
 

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from site_agent.cli import main as site_agent
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.data.isic import METADATA_CSV, read_isic_site
-from site_agent.data.reader import DataError
-from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.data.readers.reader import DataError
 from site_agent.playerfl.federation import build_federation
 
 # image i of the source: its lesion id prefix and, for HAM images, its HAM10000 source

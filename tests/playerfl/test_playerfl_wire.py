@@ -12,7 +12,7 @@ from fl_contract.models import build_model, state_dict_to_numpy
 from fl_contract.playerfl import protocol
 from fl_contract.playerfl.layers import model_layers, prefix_keys
 from jobs.playerfl.spec import KIND, PLayerFLParams
-from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.kit.site_config import SiteConfig
 from site_agent.tasks.executor import SiteContext
 

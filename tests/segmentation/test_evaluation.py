@@ -26,7 +26,7 @@ from jobs.segmentation.spec import CPU_DEMO
 from server_app.evaluation import pooled
 from server_app.held_model import held_model
 from server_app.server_config import CONFIG_FILE
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
 from site_agent.kit.site_config import SiteConfig
 from site_agent.privacy.policy import POLICY_FILE, SitePolicy
 from site_agent.segmentation.evaluation_release import PSEUDONYMS_FILE

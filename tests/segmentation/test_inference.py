@@ -23,9 +23,9 @@ from jobs.common import build_job, export
 from jobs.inference.spec import KIND, InferenceParams
 from jobs.segmentation.spec import CPU_DEMO
 from site_agent.data.brats_case import DEFAULT_DICOM_FOLDERS, REFERENCE_MODALITY, read_case
+from site_agent.data.demo.synthetic_brats import write_brats_site
 from site_agent.data.dicom_seg import brats_segments, write_dicom_seg
-from site_agent.data.dicom_series import series_slices
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.readers.dicom_series import series_slices
 from site_agent.segmentation.inference import segment_cases
 from tests.support import recipe
 
@@ -157,8 +157,8 @@ def test_a_site_that_requires_dp_on_weights_admits_inference_and_charges_it_noth
 def _anisotropic_lps_site(root: Path, n_cases: int) -> None:
     """Cases on 2 x 2 x 1.5 mm voxels with the first two axes flipped (LPS-like), unlike BraTS-preprocessed data."""
     from site_agent.data.brats_case import MODALITIES
-    from site_agent.data.nifti import write_nifti
-    from site_agent.data.synthetic_brats import synthetic_case
+    from site_agent.data.demo.synthetic_brats import synthetic_case
+    from site_agent.data.readers.nifti import write_nifti
 
     affine = np.array([[-2.0, 0, 0, 10], [0, -2.0, 0, 12], [0, 0, 1.5, -6], [0, 0, 0, 1]])
     for index in range(n_cases):

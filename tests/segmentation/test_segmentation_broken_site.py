@@ -18,7 +18,7 @@ from jobs.common import build_job, export
 from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
 from server_app.aggregation import SiteUpdate
 from server_app.aggregation.weighted_mean import weighted_mean
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
 from site_agent.kit.site_config import SiteConfig
 from site_agent.tasks.executor import SiteContext
 from site_agent.tasks.segmentation import SegmentationTask

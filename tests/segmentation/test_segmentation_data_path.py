@@ -14,7 +14,7 @@ from fl_contract.models.segmentation import segresnet
 from fl_contract.precision import choose_precision
 from fl_contract.segmentation import VAL
 from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
 from site_agent.kit.site_config import ComputeSettings, SiteConfig
 from site_agent.segmentation.data import load_site_data
 from site_agent.segmentation.memory import (

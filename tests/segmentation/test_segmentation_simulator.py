@@ -14,7 +14,7 @@ from fl_contract.models import build_model
 from fl_contract.segmentation import DICE_KEYS, TEST, VAL, split_metric_keys
 from jobs.common import build_job, export
 from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
 
 SITES = ["site-1", "site-2", "site-3"]
 CASES = {"site-1": 5, "site-2": 4, "site-3": 5}  # 1 validation and 1 test case each (fractions 0.2)

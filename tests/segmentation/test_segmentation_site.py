@@ -12,8 +12,8 @@ from fl_contract.models import build_model
 from fl_contract.models.segmentation import IN_CHANNELS, segresnet
 from fl_contract.segmentation import VAL, split_metric_keys
 from site_agent.data.brats_case import MODALITIES
-from site_agent.data.reader import DataError
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
+from site_agent.data.readers.reader import DataError
 from site_agent.segmentation.data import load_site_data
 from site_agent.segmentation.dp import privatise_update
 from site_agent.segmentation.metrics import score_cases, site_summary

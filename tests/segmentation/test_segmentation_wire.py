@@ -16,7 +16,7 @@ from fl_contract.evaluation import WITHHELD
 from fl_contract.models import build_model, state_dict_to_numpy
 from fl_contract.segmentation import TEST, TRAIN_LOSS, VAL, split_metric_keys
 from jobs.segmentation.spec import CPU_DEMO, KIND, SegmentationParams
-from site_agent.data.synthetic_brats import write_brats_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
 from site_agent.kit.site_config import SiteConfig
 from site_agent.privacy.policy import SitePolicy
 from site_agent.segmentation.metrics import case_columns, case_results_path

@@ -19,11 +19,11 @@ from data.malformed import claim_size, poison_voxel, set_label_voxel, write_raw_
 from fl_contract.classes import TRAINING_CLASSES
 from fl_contract.labels import BRATS_2023
 from fl_contract.models.dcae import CONFIG_FILE, build_tiny_dcae, save_autoencoder
+from site_agent.data.demo.linear_demo import write_linear_site
+from site_agent.data.demo.synthetic_brats import write_brats_site
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.data.inspection import detect_kind
 from site_agent.data.isic import GROUND_TRUTH_CSV, IMAGE_FOLDER, METADATA_CSV
-from site_agent.data.linear_demo import write_linear_site
-from site_agent.data.synthetic_brats import write_brats_site
-from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.kit.preflight import CheckResult, check_data, format_table, progress_bar
 from site_agent.kit.site_config import write_site_config
 from site_agent.kit.startup import SiteKit

@@ -18,8 +18,8 @@ from fl_contract.evaluation import CONFUSION, WITHHELD
 from fl_contract.models import build_model, state_dict_to_numpy
 from jobs.isic_evaluation.spec import KIND, IsicEvaluationParams
 from site_agent.classification.evaluation_release import isic_release
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.data.isic import read_isic_site
-from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.kit.site_config import SiteConfig
 from site_agent.playerfl.data import IsicImages
 from site_agent.privacy.policy import POLICY_FILE, SitePolicy

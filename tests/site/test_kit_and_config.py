@@ -10,8 +10,8 @@ import pytest
 
 from provisioning.provision import customise, load_template, provision
 from site_agent.cli import main
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.data.isic import IMAGE_FOLDER
-from site_agent.data.synthetic_isic import write_isic_site
 from site_agent.kit.preflight import format_table, run_checks
 from site_agent.kit.site_config import SiteConfig, SiteConfigError, write_site_config
 from site_agent.kit.startup import KitError, verify_certificate_chain

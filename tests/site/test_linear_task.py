@@ -13,8 +13,8 @@ from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
-from site_agent.data.linear_demo import generate_linear_sites, write_linear_site
-from site_agent.data.reader import DataError
+from site_agent.data.demo.linear_demo import generate_linear_sites, write_linear_site
+from site_agent.data.readers.reader import DataError
 from site_agent.kit.site_config import SiteConfig, write_site_config
 from site_agent.tasks.executor import SiteContext
 

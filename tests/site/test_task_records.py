@@ -30,8 +30,8 @@ from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from jobs.fedkt_csd.spec import KIND as FEDKT_CSD
 from jobs.fedkt_csd.spec import FedKTCSDParams
 from site_agent.cli import main
-from site_agent.data.linear_demo import write_linear_site
-from site_agent.data.synthetic_isic import write_isic_site
+from site_agent.data.demo.linear_demo import write_linear_site
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.export import METADATA_FILE
 from site_agent.kit.site_config import SiteConfig, write_site_config
 from site_agent.privacy.audit import RESULT_SENT, TASK_RECEIVED, AuditLog

@@ -26,8 +26,8 @@ from site_agent.data.brats_case import (
     discover_cases,
     write_datalist,
 )
-from site_agent.data.dicom_demo import SeriesIds, write_dicom_series
-from site_agent.data.nifti import write_nifti
+from site_agent.data.demo.dicom_demo import SeriesIds, write_dicom_series
+from site_agent.data.readers.nifti import write_nifti
 
 # Relative signal of (background, brain, edema, enhancing rim, necrotic core) per modality.
 _TISSUE_SIGNAL: Mapping[str, tuple[float, ...]] = {

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from site_agent.data.reader import DataError
+from site_agent.data.readers.reader import DataError
 
 TRUE_WEIGHTS = (2.0, -3.0)
 REFERENCE_SITE_SIZES = (50, 200, 500)

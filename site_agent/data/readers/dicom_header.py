@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 from pydicom.dataset import Dataset
 
-from site_agent.data.reader import DataError
+from site_agent.data.readers.reader import DataError
 
 REEXPORT = "re-export the series from the PACS"
 # Every header number the reader uses: keyword -> (tag, how many values, what they mean).

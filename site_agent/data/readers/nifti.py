@@ -12,7 +12,7 @@ import nibabel as nib
 import numpy as np
 from nibabel.openers import ImageOpener
 
-from site_agent.data.reader import DataError, Image, os_error, refuse_broken_link, require_finite
+from site_agent.data.readers.reader import DataError, Image, os_error, refuse_broken_link, require_finite
 
 NIFTI_SUFFIXES = (".nii.gz", ".nii")
 _MIN_VOXEL_VOLUME_MM3 = 1e-9

@@ -1,6 +1,6 @@
 """Demo DICOM series writing: single-frame MR Image Storage files, one per slice, as a scanner exports them.
 
-Kept apart from the reader (`site_agent.data.dicom_series`) so that reading a hospital's files never depends on
+Kept apart from the reader (`site_agent.data.readers.dicom_series`) so that reading a hospital's files never depends on
 how the project writes its own. Every type 1 and type 2 attribute of the MR Image IOD's modules (patient, study,
 series, frame of reference, equipment, image plane, image pixel, MR image, SOP common) is written, so that
 dicom3tools' `dciodvfy` finds no error in a generated slice and a DICOM SEG over the series inherits complete
@@ -17,7 +17,7 @@ from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.uid import ExplicitVRLittleEndian, MRImageStorage, generate_uid
 
 from fl_contract.version import AGENT_VERSION
-from site_agent.data.dicom_series import LPS_TO_RAS
+from site_agent.data.readers.dicom_series import LPS_TO_RAS
 
 _STUDY_DATE, _STUDY_TIME = "20240101", "120000"
 """Fixed, so that the same input writes byte-identical files."""

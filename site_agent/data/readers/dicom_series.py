@@ -3,9 +3,9 @@
 Slices are ordered by ImagePositionPatient projected on the slice normal, never by InstanceNumber, and files
 of different series (SeriesInstanceUID) are never stacked together: these are the two ways a naive reader
 silently builds a wrong volume. A series is single-frame files (one per slice) or Enhanced multi-frame files
-(`site_agent.data.dicom_frames`), whose frames go through the same checks. The volume is indexed (column, row,
+(`site_agent.data.readers.dicom_frames`), whose frames go through the same checks. The volume is indexed (column, row,
 slice), so that together with the RAS affine it matches what nibabel gives for the same image stored as NIfTI.
-Demo series are written by `site_agent.data.dicom_demo`.
+Demo series are written by `site_agent.data.demo.dicom_demo`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pydicom.dataset import Dataset
 from pydicom.errors import InvalidDicomError
 from pydicom.uid import ExplicitVRLittleEndian, ImplicitVRLittleEndian
 
-from site_agent.data.dicom_frames import FrameSelection, frame_slices, is_multi_frame
-from site_agent.data.dicom_header import (
+from site_agent.data.readers.dicom_frames import FrameSelection, frame_slices, is_multi_frame
+from site_agent.data.readers.dicom_header import (
     GRID_TAGS,
     MONOCHROME1,
     REEXPORT,
@@ -32,7 +32,7 @@ from site_agent.data.dicom_header import (
     parse_slice,
     text,
 )
-from site_agent.data.reader import DataError, Image, os_error, refuse_broken_link, require_finite
+from site_agent.data.readers.reader import DataError, Image, os_error, refuse_broken_link, require_finite
 
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
 # Positions are written with a few decimals; a slice gap counts as uneven beyond this fraction of the spacing.
@@ -53,7 +53,7 @@ def read_dicom_series(folder: Path, series_uid: str | None = None, frames: Frame
     """Read the one series in `folder` (or the one with `series_uid`) as a (1, X, Y, Z) float32 `Image`.
 
     Values are RescaleSlope * stored + RescaleIntercept, slice by slice (frame by frame). `frames` chooses one
-    volume of a multi-frame file holding several (`site_agent.data.dicom_frames.DIMENSIONS`), e.g.
+    volume of a multi-frame file holding several (`site_agent.data.readers.dicom_frames.DIMENSIONS`), e.g.
     {"EffectiveEchoTime": 4.6}. Raises `DataError` when the folder holds several series and none is chosen, when
     geometry tags are missing or disagree, when slices are missing or duplicated (uneven spacing along the
     normal), when slices are MONOCHROME1, or when the pixel data cannot be decoded.

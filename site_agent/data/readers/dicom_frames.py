@@ -17,8 +17,8 @@ from pathlib import Path
 from pydicom.datadict import tag_for_keyword
 from pydicom.dataset import Dataset
 
-from site_agent.data.dicom_header import Slice, numbers, parse_slice
-from site_agent.data.reader import DataError
+from site_agent.data.readers.dicom_header import Slice, numbers, parse_slice
+from site_agent.data.readers.reader import DataError
 
 FrameSelection = Mapping[str, str | float]
 """Which frames of a multi-frame file to read, by dimension: e.g. {"EffectiveEchoTime": 4.6} or {"StackID": "2"}."""

@@ -10,7 +10,7 @@ from fl_contract.labels import LABEL_MAPS
 
 
 def _linear(args: argparse.Namespace) -> int:
-    from site_agent.data import linear_demo  # readers import torch / MONAI: seconds that `--help` should not pay
+    from site_agent.data.demo import linear_demo  # readers import torch / MONAI: seconds that `--help` should not pay
 
     sizes = tuple(int(s) for s in args.sizes.split(","))
     path = linear_demo.write_linear_site(Path(args.out), args.site_index, sizes, args.seed)
@@ -19,8 +19,8 @@ def _linear(args: argparse.Namespace) -> int:
 
 
 def _brats(args: argparse.Namespace) -> int:
-    from site_agent.data import synthetic_brats
     from site_agent.data.brats_case import DATALIST_NAME
+    from site_agent.data.demo import synthetic_brats
 
     cases = synthetic_brats.write_brats_site(
         Path(args.out), args.site_index, args.cases, (args.size,) * 3, args.seed, args.layout,
@@ -31,7 +31,7 @@ def _brats(args: argparse.Namespace) -> int:
 
 
 def _isic(args: argparse.Namespace) -> int:
-    from site_agent.data import synthetic_isic
+    from site_agent.data.demo import synthetic_isic
 
     classes = tuple(args.classes.split(","))
     out = synthetic_isic.write_isic_site(
