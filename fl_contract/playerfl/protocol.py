@@ -3,7 +3,7 @@
 Each round the server sends the global parameters of the first `SHARED_LAYERS` layers (see `layers.py`); a site
 loads them over its own model, trains, and returns the same layers (FedLP: a random subset of them). Nothing but
 those parameters, the training-set size, scalar metrics and, once, the sensitivity curve leaves a site. What each
-method changes in that exchange is in `methods/`.
+method changes in that exchange is in `methods.py` (one table row per method).
 """
 
 from __future__ import annotations

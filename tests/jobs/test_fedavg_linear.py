@@ -19,6 +19,7 @@ from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from server_app.transfers import read_transfers
 from site_agent import __version__
 from site_agent.data.demo.linear_demo import FILE_NAME, write_linear_site
+from site_agent.privacy.audit import RESULT_SENT, TASK_RECEIVED
 
 SITES = ["site-1", "site-2", "site-3"]
 
@@ -128,7 +129,9 @@ def test_masked_rounds_give_the_plain_run_within_the_quantum_with_fresh_keys_eve
             assert relay["bytes_to_site"] == (len(SITES) - 1) * CIPHERTEXT_BYTES, relay
     for site in SITES:
         audit = run.workspace / site / "local" / "audit_log.jsonl"
-        sent = [json.loads(line) for line in audit.read_text().splitlines()]
+        events = [json.loads(line) for line in audit.read_text().splitlines()]
+        sent = [e for e in events if e["event"] == RESULT_SENT]
         assert [e["task"] for e in sent] == ["train", "shares", "masked_update", "unmask"] * params.num_rounds
+        assert [e["task"] for e in events if e["event"] == TASK_RECEIVED] == [e["task"] for e in sent]
         sessions = [e["session"] for e in sent if e.get("masked") == "secure aggregation"]
         assert len(set(sessions)) == params.num_rounds, sessions
