@@ -85,8 +85,8 @@ def run_in_process(params: PLayerFLParams, sites: Mapping[str, Path], workspace:
     tasks = {site: KIND.site_task_component(params).instantiate() for site in names}
     app_dir = workspace / "server" / "app_server"
 
-    def send_model_and_wait(task_name: str = "train", data: FLModel | None = None, targets: list[str] | None = None,
-                            **_: Any) -> list[FLModel]:
+    def broadcast_model(task_name: str = "train", data: FLModel | None = None, targets: list[str] | None = None,
+                        **_: Any) -> list[FLModel]:
         results = []
         for site in targets or names:
             torch.manual_seed(tasks[site].seed)  # as FLARE's executor does before every task
@@ -102,8 +102,7 @@ def run_in_process(params: PLayerFLParams, sites: Mapping[str, Path], workspace:
 
     component = KIND.controller_component(params)
     controller = import_class(component.path)(**component.args)
-    controller.send_model_and_wait = send_model_and_wait
-    controller.broadcast_model = send_model_and_wait  # the masked rounds' secure-aggregation tasks
+    controller.broadcast_model = broadcast_model  # every task the workflow sends (RoundWorkflow.send)
     controller.panic = panic
     controller.get_app_dir = lambda: str(app_dir)
     controller.engine = _Engine(names, workspace)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
+from nvflare.app_common.abstract.fl_model import FLModel
 
 from fl_contract.job_params import FedAvgJob, job_params
 from fl_contract.models import build_model, state_dict_to_numpy
@@ -30,9 +30,8 @@ from server_app.aggregation import (
 from server_app.checkpoint import Resumed
 from server_app.cross_site import cross_site_evaluation
 from server_app.results import BEST_MODEL_FILE
-from server_app.round_workflow import RoundWorkflow
+from server_app.round_workflow import RoundMessage, RoundWorkflow
 from server_app.selection import BestModel, site_weighted_mean
-from server_app.site_watch import LATE_SITE_WAIT_S
 
 SMALL_MODEL_PARAMETERS = 64  # models up to this size have their weights written into results.json every round
 
@@ -61,9 +60,9 @@ class FedAvgController(RoundWorkflow):
         self.record_weights = sum(v.size for v in self.global_params.values()) <= SMALL_MODEL_PARAMETERS
         self.best = BestModel(self.selection_metric, self.selection_weight) if self.selection_metric else None
 
-    def send_round(self, round_index: int) -> list[FLModel]:
+    def round_message(self, round_index: int) -> RoundMessage:
         self.info(f"round {round_index + 1}/{self.job.num_rounds}: sending the global model")
-        return self._broadcast("train", self.global_params, round_index, self.secure_meta(self.global_params))
+        return RoundMessage(self.global_params)
 
     def update_check(self, round_index: int) -> UpdateCheck:
         return matching(self.global_params)
@@ -121,21 +120,11 @@ class FedAvgController(RoundWorkflow):
         return True
 
     def _send_after_rounds(self, task_name: str, params: Weights, meta: dict[str, Any]) -> list[FLModel]:
-        return self._broadcast(task_name, params, self.job.num_rounds, meta)
-
-    def _broadcast(self, task_name: str, params: Weights, round_index: int,
-                   meta: dict[str, Any] | None = None) -> list[FLModel]:
-        """Send `params` (in the job's weights encoding) to every site; wait for all, or for `late_site_wait_s`
-        after `min_clients` answered."""
-        model = FLModel(params=self.wire(params), params_type=ParamsType.FULL, current_round=round_index,
-                        total_rounds=self.job.num_rounds, meta=meta or {})
-        results = self.broadcast_model(data=model, task_name=task_name, min_responses=self.job.min_clients,
-                                       wait_time_after_min_received=LATE_SITE_WAIT_S)
-        return cast(list[FLModel], results)  # FLARE is untyped; broadcast_model returns List[FLModel]
+        return self.send(task_name, params, self.job.num_rounds, meta)
 
     def _select_final(self, best: BestModel) -> None:
         """Score the final model with a `validate` task, then save the best model and record which round it is."""
-        results = self._broadcast("validate", self.global_params, self.job.num_rounds)
+        results = self.send("validate", self.global_params, self.job.num_rounds)
         metrics = {site_name(r): scalar_metrics(r) for r in sorted(results, key=site_name)}
         final = {"model_round": self.job.num_rounds, "sites": metrics,
                  "no_result": missing_sites(self.site_names(), metrics)}

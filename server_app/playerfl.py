@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
+from nvflare.app_common.abstract.fl_model import FLModel
 
 from fl_contract.job_params import PLayerFLParams, job_params
 from fl_contract.models import build_model
@@ -37,7 +37,7 @@ from server_app.cross_site import personalised_against_global
 from server_app.masked_round import MetaCheck
 from server_app.metrics import WEIGHT, federation_summary
 from server_app.playerfl_split import SPLIT_RULES, SplitInputs
-from server_app.round_workflow import RoundWorkflow
+from server_app.round_workflow import RoundMessage, RoundWorkflow
 
 CROSS_SITE_SCORES = ("test_balanced_accuracy", "test_macro_f1")
 """The matrices of PLayer-FL's cross-site evaluation: the scores its final evaluation reports."""
@@ -74,10 +74,10 @@ class PLayerFLController(RoundWorkflow):
             self.up_front = self._split({}, {}, self.layers)
             self.shared = self.up_front["federated_layers"]
 
-    def send_round(self, round_index: int) -> list[FLModel]:
+    def round_message(self, round_index: int) -> RoundMessage:
         self.info(f"round {round_index + 1}/{self.job.num_rounds}: sending the first {self.shared} of "
                   f"{len(self.layers)} layers")
-        return self._send(protocol.TRAIN_TASK, self.global_params, self.layers, self.shared, round_index)
+        return self._layers_message(self.global_params, self.layers, self.shared)
 
     def update_check(self, round_index: int) -> UpdateCheck:
         return self._check(self.global_params, self.layers, self.shared, round_index)
@@ -162,17 +162,16 @@ class PLayerFLController(RoundWorkflow):
         (a site's size leaves it only masked, and results.json never holds one per site)."""
         return {} if self.masked else {WEIGHT: int(reported_samples(result))}
 
+    def _layers_message(self, global_params: Weights, layers: list[Layer], shared: int) -> RoundMessage:
+        """The first `shared` layers' global values, with the method's name and the number of layers sent."""
+        params = {k: global_params[k] for k in prefix_keys(layers, shared)}
+        return RoundMessage(params, {protocol.METHOD: self.job.method, protocol.SHARED_LAYERS: shared})
+
     def _send(self, task: str, global_params: Weights, layers: list[Layer], shared: int,
               round_index: int) -> list[FLModel]:
-        """Send the first `shared` layers' global values (in the job's weights encoding) with the method's name to
-        every site; wait for all."""
-        params = {k: global_params[k] for k in prefix_keys(layers, shared)}
-        meta = {protocol.METHOD: self.job.method, protocol.SHARED_LAYERS: shared,
-                **(self.secure_meta(params) if task == protocol.TRAIN_TASK else {})}
-        message = FLModel(params=self.wire(params), params_type=ParamsType.FULL, current_round=round_index,
-                          total_rounds=self.job.num_rounds, meta=meta)
-        results: list[FLModel] = self.send_model_and_wait(task_name=task, data=message)
-        return results
+        """A task after the rounds (evaluate, score the global model) with the first `shared` layers."""
+        message = self._layers_message(global_params, layers, shared)
+        return self.send(task, message.params, round_index, message.meta)
 
     def _check(self, global_params: Weights, layers: list[Layer], shared: int, round_index: int) -> UpdateCheck:
         """This round's rule for an update: the shared layers as the method sends them, and a curve when due."""

@@ -6,14 +6,15 @@ takes the updates through the one intake (validation, site-name order), stops wh
 updates remain, records every site's outcome, aggregates, and checkpoints the completed round. A kind supplies:
 
 - `setup` (the initial global state), `job_summary` (its configuration, for results.json and the checkpoint digest);
-- `send_round`, `update_check` and `aggregate` (what a round sends, accepts and combines; `aggregate` also adds the
-  kind's own fields to the round's entry);
+- `round_message`, `update_check` and `aggregate` (what a round sends, accepts and combines; `aggregate` also adds
+  the kind's own fields to the round's entry); the base sends every task (`send`: the weights' encoding, the
+  secure-aggregation session, one waiting policy);
 - `checkpoint_state` / `restore` (what it needs to resume), `model_to_save` (the model a stop keeps);
 - `before_rounds` (a fresh run's first step, e.g. a split chosen before training) and `finish_run` (final tasks);
 - `secure_groups` (with `secure_aggregation`: the groups of parameters the masked vector is laid out in).
 
 With the job's `secure_aggregation` on, each send of a round opens a fresh secure-aggregation session (job, round,
-attempt) whose id and groups go with the training task (`secure_meta`), and the intake is the masked sum
+attempt) whose id and groups go with the training task (`send`), and the intake is the masked sum
 (`server_app.masked_round`) instead of the sites' updates; everything else (quorum wait, outcomes, checkpoint,
 resume) is the same. A resumed run starts its next round with new keys, like any round.
 
@@ -28,15 +29,16 @@ import itertools
 import time
 from abc import abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
-from nvflare.app_common.abstract.fl_model import FLModel
+from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
 from fl_contract import secure_aggregation_messages as messages
 from fl_contract.job_params import RoundJob
-from fl_contract.masked_weights import GROUPS, SecureWeightsParams, WeightGroups
+from fl_contract.masked_weights import GROUPS, TRAIN_TASK, SecureWeightsParams, WeightGroups
 from fl_contract.secure_aggregation import SecureAggregationError
 from fl_contract.weights_encoding import encode_model, encoding_of
 from server_app.aggregation import (
@@ -54,6 +56,14 @@ from server_app.progress import round_progress
 from server_app.results import RunRecorder
 from server_app.site_watch import LATE_SITE_WAIT_S, SiteAwareController, in_words
 from server_app.transfers import METER_ID, TransferMeter
+
+
+@dataclass(frozen=True)
+class RoundMessage:
+    """What a round's training task sends: the global values and the kind's own meta (PLayer-FL: method, layers)."""
+
+    params: Weights
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 class RoundInterrupted(RuntimeError):
@@ -123,7 +133,8 @@ class RoundWorkflow(SiteAwareController):
             self._session = f"{self.fl_ctx.get_job_id()}/round-{round_index + 1}/send-{next(self._sends)}"
             self._round_index = round_index
             self.rejoined_sites(self.site_names())  # a site being deployed the job again takes part in this round
-            results = self.send_round(round_index)
+            message = self.round_message(round_index)
+            results = self.send(TRAIN_TASK, message.params, round_index, message.meta)
             if self.abort_signal.triggered:
                 self.stopped(f"round {round_index + 1}", results, round_index)
                 return None, waited
@@ -189,14 +200,22 @@ class RoundWorkflow(SiteAwareController):
         model itself stays float32, and with float16 the sites answer with differences from `sent_params`)."""
         return encode_model(params, self.weights_encoding)
 
-    def secure_meta(self, params: Weights) -> dict[str, Any]:
-        """What the training task carries besides `params` (the global values it sends, kept as `sent_params`:
-        what a float16 difference is added to and the masked vector's layout): with `secure_aggregation`, this
-        send's session and the groups of the masked vector; otherwise nothing."""
-        self.sent_params = params
-        if not self.masked:
-            return {}
-        return {messages.SESSION: self._session, GROUPS: [list(group) for group in self.secure_groups()]}
+    def send(self, task: str, params: Weights, round_index: int, meta: dict[str, Any] | None = None) -> list[FLModel]:
+        """The one way a round-based workflow sends a task, and its one waiting policy: `params` in the job's weights
+        encoding with `meta`, to every site; the answers of all, or of those in within `late_site_wait_s` once
+        `min_clients` answered (a site FLARE deems dead ends the wait sooner). The training task also carries, with
+        `secure_aggregation`, this send's session and the masked vector's groups, and its `params` become
+        `sent_params` (what the sites' float16 differences are added to and the masked vector is laid out by)."""
+        meta = dict(meta or {})
+        if task == TRAIN_TASK:
+            self.sent_params = params
+            if self.masked:
+                meta.update({messages.SESSION: self._session, GROUPS: [list(g) for g in self.secure_groups()]})
+        model = FLModel(params=self.wire(params), params_type=ParamsType.FULL, current_round=round_index,
+                        total_rounds=self.job.num_rounds, meta=meta)
+        results = self.broadcast_model(data=model, task_name=task, min_responses=self.job.min_clients,
+                                       wait_time_after_min_received=LATE_SITE_WAIT_S)
+        return cast(list[FLModel], results)  # FLARE is untyped; broadcast_model returns List[FLModel]
 
     def _send_secure(self, task: str, data: FLModel, targets: list[str] | None) -> dict[str, FLModel]:
         """One secure-aggregation task to `targets`; the answers by site. Waits for all of them, or for
@@ -252,8 +271,8 @@ class RoundWorkflow(SiteAwareController):
         """The workflow's configuration: results.json's "job" and part of the checkpoint's digest."""
 
     @abstractmethod
-    def send_round(self, round_index: int) -> list[FLModel]:
-        """Send the round's task to the sites and return their answers."""
+    def round_message(self, round_index: int) -> RoundMessage:
+        """What the round's training task sends (the base sends it, `send`)."""
 
     @abstractmethod
     def update_check(self, round_index: int) -> UpdateCheck:
