@@ -187,6 +187,7 @@ def _follow(
         if status != last_status:
             say(f"job {job_id}: {status}")
             last_status = status
+            stats_at = time.monotonic()  # the first `show_stats` a poll later: FLARE errs on a job process starting
         if rounds is not None and status == "RUNNING" and time.monotonic() - stats_at > STATS_EVERY_S:
             stats_at = time.monotonic()
             seen = _progress(link, job_id)
