@@ -18,7 +18,7 @@ import json
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from site_agent.privacy.ledger import Ledger
 from site_agent.privacy.policy import PolicyInForce, SitePolicy
 
 PROBE_EVERY_S = 30.0
+CACHE_S = 2.0
 AUDIT_ROWS = 60
 REFUSALS = (JOB_REFUSED, JOB_REFUSED_AT_START, COMMAND_REFUSED)
 _LOG_TAIL_BYTES = 256 * 1024
@@ -164,7 +165,6 @@ class SiteStatus:
     refusals: dict[str, int]
     data: list[Row]
     data_checked_at: str
-    problems: list[str] = field(default_factory=list)
 
     @property
     def running(self) -> list[JobActivity]:
@@ -179,16 +179,24 @@ class SiteStatus:
 
 
 class SiteStatusSource:
-    """Builds a `SiteStatus` of one kit on each call; the server probe is cached for PROBE_EVERY_S."""
+    """Builds a `SiteStatus` of one kit, at most once per CACHE_S (a page, its JSON and a Prometheus scrape arriving
+    together read the records once); the server probe is cached for PROBE_EVERY_S."""
 
     def __init__(self, kit_dir: Path, probe: bool = True):
         self.kit = SiteKit.open(Path(kit_dir).resolve())
         self.probe = probe
         self._probe: tuple[float, CheckResult, float | None, str] | None = None
         self._lock = threading.Lock()
+        self._cached: tuple[float, SiteStatus] | None = None
 
     def __call__(self) -> SiteStatus:
-        """The status now: each call reads the audit log, ledger, policy and last check afresh."""
+        with self._lock:
+            if self._cached is None or time.monotonic() - self._cached[0] > CACHE_S:
+                self._cached = (time.monotonic(), self._read())
+            return self._cached[1]
+
+    def _read(self) -> SiteStatus:
+        """The status now: the audit log, ledger, policy and last check read afresh."""
         site = PolicyInForce.read(self.kit.root / "local")
         redact = Redactor(self.kit.root, self._data_folders())
         audit = AuditLog(site.records).entries()
@@ -220,13 +228,13 @@ class SiteStatusSource:
             return {}
 
     def _server_probe(self) -> tuple[CheckResult, float | None, str]:
-        with self._lock:
-            if self._probe is None or time.monotonic() - self._probe[0] > PROBE_EVERY_S:
-                started = time.monotonic()
-                result = check_server(self.kit, timeout=3.0)
-                rtt = (time.monotonic() - started) * 1000 if result.status == OK else None
-                self._probe = (time.monotonic(), result, rtt, now())
-            return self._probe[1], self._probe[2], self._probe[3]
+        """The live mutual-TLS probe, at most once per PROBE_EVERY_S (called under the snapshot's lock)."""
+        if self._probe is None or time.monotonic() - self._probe[0] > PROBE_EVERY_S:
+            started = time.monotonic()
+            result = check_server(self.kit, timeout=3.0)
+            rtt = (time.monotonic() - started) * 1000 if result.status == OK else None
+            self._probe = (time.monotonic(), result, rtt, now())
+        return self._probe[1], self._probe[2], self._probe[3]
 
     def _connection(self, last_check: dict[str, Any]) -> Connection:
         if self.probe:
