@@ -137,7 +137,7 @@ class FedAvgController(RoundWorkflow):
 
     def _test_best(self, best: BestModel, metric: str) -> None:
         """Score the selected model once on the sites' test cases: the final report, unbiased by the selection."""
-        results = self._broadcast("test", best.params, int(best.model_round or 0))
+        results = self.send("test", best.params, int(best.model_round or 0))
         metrics = {site_name(r): scalar_metrics(r) for r in sorted(results, key=site_name)}
         test: dict[str, Any] = {"model_round": best.model_round, "sites": metrics,
                                 "no_result": missing_sites(self.site_names(), metrics)}
