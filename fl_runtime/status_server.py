@@ -17,7 +17,9 @@ werkzeug's threaded server runs the app: no HTTP handling of our own.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hmac
+import io
 import ipaddress
 import os
 import secrets
@@ -142,11 +144,14 @@ def bind(app: Flask, host: str, port: int, allow_remote: bool = False) -> BaseWS
     if not allow_remote and not is_loopback(host):
         raise StatusServerError(f"{host!r} is not a loopback address: the status page binds to 127.0.0.1 unless "
                                 "--allow-remote is given (then put it behind the hospital's reverse proxy with TLS)")
-    try:
-        return make_server(host, port, app, threaded=True)
-    except OSError as exc:
-        raise StatusServerError(f"cannot serve the status page on {host}:{port}: {exc.strerror or exc}; "
-                                "choose another --port") from exc
+    said = io.StringIO()
+    try:  # werkzeug prints why it cannot bind and exits (SystemExit); a supervisor serving the page must not
+        with contextlib.redirect_stderr(said):
+            return make_server(host, port, app, threaded=True)
+    except (OSError, SystemExit) as exc:
+        reason = " ".join(said.getvalue().split()) or str(exc)
+        raise StatusServerError(f"cannot serve the status page on {host}:{port} ({reason}); "
+                                "choose another --port") from None
 
 
 def page_url(server: BaseWSGIServer, token: str) -> str:

@@ -209,3 +209,25 @@ def test_the_page_in_chromium(page: Page, tmp_path: Path) -> None:
         driver.get(page.base + "/status.json")  # the cookie alone opens the other routes
         assert '"site": "site-1"' in driver.find_element(By.TAG_NAME, "body").text.replace('":"', '": "')
     assert non_blank(tmp_path / "site-status.png")
+
+
+def test_a_wrong_kit_or_a_taken_port_is_named(page: Page, tmp_path: Path) -> None:
+    """`site-agent status` on a folder that is not a kit names the missing file and the fix; `--serve` on a port
+    another program holds names the address and asks for another port."""
+    wrong = subprocess.run([sys.executable, "-m", "site_agent.cli", "status", "--kit", str(tmp_path)],
+                           capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 1 and "fed_client.json: not found" in wrong.stderr and "startup kit" in wrong.stderr
+    port = page.base.rsplit(":", 1)[1]  # the page the fixture serves holds it
+    taken = subprocess.run([sys.executable, "-m", "site_agent.cli", "status", "--kit", str(page.kit), "--serve",
+                            "--port", port], capture_output=True, text=True, timeout=60)
+    assert taken.returncode == 1 and f"127.0.0.1:{port}" in taken.stderr and "choose another --port" in taken.stderr
+
+
+def test_the_supervisor_starts_the_site_when_its_page_cannot_be_served(page: Page) -> None:
+    """`site-agent start --status-port` on a taken port: the supervisor logs why and goes on (werkzeug exits the
+    process when it cannot bind; the page's bind turns that into a reason)."""
+    from site_agent.kit.start import _status_page
+
+    said: list[str] = []
+    assert _status_page(page.kit, int(page.base.rsplit(":", 1)[1]), said.append) is None  # type: ignore[arg-type]
+    assert len(said) == 1 and said[0].startswith("no status page: cannot serve the status page on 127.0.0.1:")
