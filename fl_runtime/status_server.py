@@ -25,9 +25,11 @@ import os
 import secrets
 import socket
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:  # Flask and werkzeug load when a page is made: the commands' --help stays fast
     from flask import Flask
@@ -45,6 +47,25 @@ _HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+
+
+T = TypeVar("T")
+
+
+class Reused(Generic[T]):
+    """`read()`'s value, read again only once it is older than `seconds`, one read at a time: a page, its JSON and a
+    Prometheus scrape arriving together read the kit's records (or ask the server) once."""
+
+    def __init__(self, read: Callable[[], T], seconds: float):
+        self.read, self.seconds = read, seconds
+        self._lock = threading.Lock()
+        self._value: tuple[float, T] | None = None
+
+    def __call__(self) -> T:
+        with self._lock:
+            if self._value is None or time.monotonic() - self._value[0] > self.seconds:
+                self._value = (time.monotonic(), self.read())
+            return self._value[1]
 
 
 class StatusServerError(ValueError):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from federation_tools.admin import Reconnecting
 from federation_tools.status.job_report import results_path
 from federation_tools.status.progress import Progress, progress_of
 from fl_contract.job_privacy import JOB_KIND_KEY
+from fl_runtime.status_server import Reused
 from server_app.rejoin import SITE_RETURNS_KEY
 
 CACHE_S = 3.0
@@ -114,14 +114,10 @@ class StudyStatusSource:
         self.link = Reconnecting(session, lambda _: None)
         self.server = server
         self.downloads = downloads
-        self._lock = threading.Lock()
-        self._cached: tuple[float, StudyStatus] | None = None
+        self._reused = Reused(self._read, CACHE_S)
 
     def __call__(self) -> StudyStatus:
-        with self._lock:
-            if self._cached is None or time.monotonic() - self._cached[0] > CACHE_S:
-                self._cached = (time.monotonic(), self._read())
-            return self._cached[1]
+        return self._reused()
 
     def _read(self) -> StudyStatus:
         generated = _when(time.time())

@@ -16,7 +16,6 @@ import dataclasses
 import datetime as dt
 import json
 import re
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 import psutil
 
 from fl_contract.version import AGENT_VERSION
+from fl_runtime.status_server import Reused
 from site_agent.kit.preflight import LAST_CHECK_FILE, OK, CheckResult, check_server
 from site_agent.kit.site_config import SiteConfig, SiteConfigError
 from site_agent.kit.start import CLIENT_MODULE, REGISTERED
@@ -185,15 +185,11 @@ class SiteStatusSource:
     def __init__(self, kit_dir: Path, probe: bool = True):
         self.kit = SiteKit.open(Path(kit_dir).resolve())
         self.probe = probe
-        self._probe: tuple[float, CheckResult, float | None, str] | None = None
-        self._lock = threading.Lock()
-        self._cached: tuple[float, SiteStatus] | None = None
+        self._server_probe = Reused(self._probe_server, PROBE_EVERY_S)
+        self._reused = Reused(self._read, CACHE_S)
 
     def __call__(self) -> SiteStatus:
-        with self._lock:
-            if self._cached is None or time.monotonic() - self._cached[0] > CACHE_S:
-                self._cached = (time.monotonic(), self._read())
-            return self._cached[1]
+        return self._reused()
 
     def _read(self) -> SiteStatus:
         """The status now: the audit log, ledger, policy and last check read afresh."""
@@ -227,14 +223,12 @@ class SiteStatusSource:
         except (SiteConfigError, OSError):
             return {}
 
-    def _server_probe(self) -> tuple[CheckResult, float | None, str]:
-        """The live mutual-TLS probe, at most once per PROBE_EVERY_S (called under the snapshot's lock)."""
-        if self._probe is None or time.monotonic() - self._probe[0] > PROBE_EVERY_S:
-            started = time.monotonic()
-            result = check_server(self.kit, timeout=3.0)
-            rtt = (time.monotonic() - started) * 1000 if result.status == OK else None
-            self._probe = (time.monotonic(), result, rtt, now())
-        return self._probe[1], self._probe[2], self._probe[3]
+    def _probe_server(self) -> tuple[CheckResult, float | None, str]:
+        """The live mutual-TLS probe (reused for PROBE_EVERY_S): its row, round trip in ms when it passed, when."""
+        started = time.monotonic()
+        result = check_server(self.kit, timeout=3.0)
+        rtt = (time.monotonic() - started) * 1000 if result.status == OK else None
+        return result, rtt, now()
 
     def _connection(self, last_check: dict[str, Any]) -> Connection:
         if self.probe:
