@@ -27,7 +27,11 @@ METRICS = "metrics"
 """The site sends a model's scores on its labelled cases: means, and quartiles over at least its policy's
 `min_cases` cases; per-case rows (pseudonymised) only where the job asks for them (`case_metrics`) and the site's
 policy allows them. No model, no DP accounting: nothing is charged to the budget."""
-RELEASES = (WEIGHTS, DP_STATISTICS, COUNTS, METRICS)
+SUMMARY = "summary"
+"""The site sends counts of its cases by header values, sizes, intensities and label contents, each cell of at least
+its policy's `min_count` cases, and quantiles over at least that many (`fl_contract.data_summary`); with the job's
+`dp_noise_multiplier` the counts carry Gaussian noise charged to the budget, and no quantile or model name leaves."""
+RELEASES = (WEIGHTS, DP_STATISTICS, COUNTS, METRICS, SUMMARY)
 
 
 def release_of(site_task: type) -> str:

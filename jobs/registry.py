@@ -22,6 +22,7 @@ SPEC_MODULES = (
     "jobs.evaluation.spec",
     "jobs.isic_evaluation.spec",
     "jobs.playerfl.spec",
+    "jobs.data_summary.spec",
 )
 _KINDS: dict[str, JobKind[Any]] = {}
 

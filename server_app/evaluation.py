@@ -1,7 +1,7 @@
 """Evaluation workflow: send one model the server holds to every site, which scores it on its labelled cases and
 answers with what its policy lets leave (means; quartiles and pseudonymised per-case rows over at least its
 `min_cases` cases); results.json records each site's answer and the federation's case-weighted means. The flow is
-`server_app.held_model_task`'s; `fl-eval-report` renders either record as a page. isic-evaluation scores an ISIC
+`server_app.one_task`'s; `fl-eval-report` renders either record as a page. isic-evaluation scores an ISIC
 classifier the same way."""
 
 from __future__ import annotations

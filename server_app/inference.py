@@ -1,5 +1,5 @@
 """Inference workflow: send one global model the server holds locally to every site, which segments its own cases
-and answers with counts and timings only (the flow is `server_app.held_model_task`'s)."""
+and answers with counts and timings only (the flow is `server_app.one_task`'s)."""
 
 from __future__ import annotations
 

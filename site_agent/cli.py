@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "site_agent.status.cli",
     "site_agent.data.demo.demo_cli",
     "site_agent.fedkt_csd.cli",
+    "site_agent.summary.cli",
     "site_agent.playerfl.cli",
 )
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from fl_contract.job_params.data_summary import DataSummaryParams
 from fl_contract.job_params.evaluation import EvaluationParams, IsicEvaluationParams
 from fl_contract.job_params.fedavg_linear import FedAvgLinearParams
 from fl_contract.job_params.fedkt_csd import FedKTCSDParams
@@ -23,9 +24,9 @@ from fl_contract.params import JobParams, ParameterError, params_from_json, para
 
 T = TypeVar("T")
 
-__all__ = ["PARAMS", "EvaluationParams", "FedAvgJob", "FedAvgLinearParams", "FedKTCSDParams", "HeldModelParams",
-           "InferenceParams", "IsicEvaluationParams", "PLayerFLParams", "RoundJob", "SegmentationParams",
-           "job_component_args", "job_params", "registered_params"]
+__all__ = ["PARAMS", "DataSummaryParams", "EvaluationParams", "FedAvgJob", "FedAvgLinearParams", "FedKTCSDParams",
+           "HeldModelParams", "InferenceParams", "IsicEvaluationParams", "PLayerFLParams", "RoundJob",
+           "SegmentationParams", "job_component_args", "job_params", "registered_params"]
 
 PARAMS: dict[str, type[JobParams]] = {
     "fedavg-linear": FedAvgLinearParams,
@@ -35,6 +36,7 @@ PARAMS: dict[str, type[JobParams]] = {
     "isic-evaluation": IsicEvaluationParams,
     "playerfl": PLayerFLParams,
     "fedkt-csd": FedKTCSDParams,
+    "data-summary": DataSummaryParams,
 }
 
 

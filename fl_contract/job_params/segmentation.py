@@ -55,25 +55,32 @@ class CaseRecipe:
 
 
 @dataclass(frozen=True)
-class SegResNetParams(FederationParams):
-    """The network and label map, shared by every job kind that runs the segmentation model (training, inference)."""
+class CaseReadingParams(FederationParams):
+    """How a job reads a site's glioma cases, shared by every kind that reads them (training, inference, the data
+    summary): the label convention, the grid policy, the resampling and the network's crop."""
 
     roi_size: tuple[int, ...] = param((224, 224, 144), "training crop and sliding-window size, 3 ints, multiples of "
                                                        "2^(len(blocks_down)-1) (NVIDIA FLARE's BraTS 2018 crop)", low=8)
+    label_map: str = param("brats2021", "brats2021 (enhancing = 4; BraTS 2018-2021, FeTS) or brats2023 (enhancing = 3)",
+                           choices=sorted(LABEL_MAPS))
+    grid: str = param("refuse", "a case whose four series lie on different voxel grids: refuse it (naming the case) "
+                                "or resample the others onto the first series' grid", choices=("refuse", "resample"))
+    resample_ras_1mm: bool = param(False, "reorient every case to RAS and resample it to 1 mm voxels before the "
+                                          "network (MONAI Orientationd/Spacingd), for sites whose cases are not "
+                                          "BraTS-preprocessed; inference writes its label maps back on the case's grid")
+
+
+@dataclass(frozen=True)
+class SegResNetParams(CaseReadingParams):
+    """The network and label map, shared by every job kind that runs the segmentation model (training, inference)."""
+
     init_filters: int = param(16, "SegResNet width (a multiple of 8)", low=8)
     blocks_down: tuple[int, ...] = param((1, 2, 2, 4), "SegResNet residual blocks per encoder level", low=1)
     blocks_up: tuple[int, ...] = param((1, 1, 1), "SegResNet blocks per decoder level (one fewer than blocks_down)",
                                        low=1)
     dropout_prob: float = param(0.2, "dropout", low=0.0, high=0.9)
-    label_map: str = param("brats2021", "brats2021 (enhancing = 4; BraTS 2018-2021, FeTS) or brats2023 (enhancing = 3)",
-                           choices=sorted(LABEL_MAPS))
-    grid: str = param("refuse", "a case whose four series lie on different voxel grids: refuse it (naming the case) "
-                                "or resample the others onto the first series' grid", choices=("refuse", "resample"))
     sw_batch_size: int = param(1, "sliding-window inference: windows per forward pass", low=1)
     sw_overlap: float = param(0.5, "sliding-window inference: overlap of neighbouring windows", low=0.0, high=0.95)
-    resample_ras_1mm: bool = param(False, "reorient every case to RAS and resample it to 1 mm voxels before the "
-                                          "network (MONAI Orientationd/Spacingd), for sites whose cases are not "
-                                          "BraTS-preprocessed; inference writes its label maps back on the case's grid")
 
     def check(self) -> None:
         divisor = min_roi_divisor(self.blocks_down)

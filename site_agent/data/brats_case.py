@@ -96,23 +96,34 @@ def discover_case(
         f"DICOM series folders {'/'.join(dicom_folders[m] for m in MODALITIES)}/ "
         f"or NIfTI files *_{{{','.join(MODALITIES)}}}.nii.gz"
     )
-    images: list[Path] = []
-    for modality in MODALITIES:
-        refuse_broken_link(case_dir / dicom_folders[modality], "series folder")
+    found, label = case_inputs(case_dir, dicom_folders)
     dicom = any((case_dir / dicom_folders[m]).is_dir() for m in MODALITIES)
-    for modality in MODALITIES:
-        found = case_dir / dicom_folders[modality] if dicom else _one_file(case_dir, f"_{modality}")
-        if found is None or not found.exists():
+    for modality, path in found.items():
+        if path is None:
             expected = (
                 f"the DICOM series folder {dicom_folders[modality]}/" if dicom else f"a file named *_{modality}.nii.gz"
             )
             raise DataError(f"{case_dir}: missing modality {modality}: expected {expected} (a case holds {layouts})")
-        images.append(found)
-    label = _one_file(case_dir, LABEL_SUFFIX)
     if label is None and require_labels:
         raise DataError(f"{case_dir}: missing label: expected a file named *{LABEL_SUFFIX}.nii.gz "
                         "(or pass require_labels=False)")
-    return BratsCase(case_dir.name, tuple(images), label)
+    return BratsCase(case_dir.name, tuple(p for p in found.values() if p is not None), label)
+
+
+def case_inputs(
+    case_dir: Path, dicom_folders: Mapping[str, str] = DEFAULT_DICOM_FOLDERS
+) -> tuple[dict[str, Path | None], Path | None]:
+    """Where each modality of a case folder lies (None: not there) and its label file (None: none), by the rules
+    `discover_case` applies: DICOM series folders when any is present, BraTS-named NIfTI files otherwise. For
+    whoever must describe an incomplete case rather than refuse it (`site_agent.summary`)."""
+    for modality in MODALITIES:
+        refuse_broken_link(case_dir / dicom_folders[modality], "series folder")
+    dicom = any((case_dir / dicom_folders[m]).is_dir() for m in MODALITIES)
+    found: dict[str, Path | None] = {}
+    for modality in MODALITIES:
+        path = case_dir / dicom_folders[modality] if dicom else _one_file(case_dir, f"_{modality}")
+        found[modality] = path if path is not None and path.exists() else None
+    return found, _one_file(case_dir, LABEL_SUFFIX)
 
 
 def _one_file(case_dir: Path, stem_suffix: str) -> Path | None:
@@ -136,33 +147,39 @@ def read_case(
     (`grid="resample"`, trilinear). The label must lie on the reference grid and use only `label_map` values
     (`label_map=None`: only values of some known map, for `site-agent check`, which cannot know the job's map).
     """
-    if grid not in ("refuse", "resample"):
-        raise ValueError(f"grid={grid!r}: use 'refuse' or 'resample'")
     if len(case.images) != len(MODALITIES):
         raise DataError(f"case {case.case_id}: {len(case.images)} images, "
                         f"expected {len(MODALITIES)} ({', '.join(MODALITIES)})")
-    images = [read_volume(path) for path in case.images]
+    stacked = stack_channels(case.case_id, [read_volume(path) for path in case.images], grid)
+    if case.label is None:
+        return stacked, None
+    return stacked, check_label(read_volume(case.label), case.case_id, stacked, label_map)
+
+
+def stack_channels(case_id: str, images: Sequence[Image], grid: GridPolicy) -> Image:
+    """A case's decoded series (in `MODALITIES` order) as one (4, X, Y, Z) image on the reference grid: a series off
+    it is refused or resampled, as `read_case` does."""
+    if grid not in ("refuse", "resample"):
+        raise ValueError(f"grid={grid!r}: use 'refuse' or 'resample'")
     reference = images[MODALITIES.index(REFERENCE_MODALITY)]
     channels = []
     for modality, image in zip(MODALITIES, images):
         if not _same_grid(image, reference):
             if grid == "refuse":
                 raise DataError(
-                    f"case {case.case_id}: {modality} ({image.source}) is on grid {image.spatial_shape}, affine "
+                    f"case {case_id}: {modality} ({image.source}) is on grid {image.spatial_shape}, affine "
                     f"{_brief(image.affine)}, not the {REFERENCE_MODALITY} grid {reference.spatial_shape}, "
                     f"{_brief(reference.affine)}; co-register the series or read with grid='resample'"
                 )
             image = _resample(image, reference)
         channels.append(image.array)
-    stacked = Image(np.concatenate(channels, axis=0), reference.affine, reference.source.parent)
-    label = None if case.label is None else _read_label(case.label, case.case_id, reference, label_map)
-    return stacked, label
+    return Image(np.concatenate(channels, axis=0), reference.affine, reference.source.parent)
 
 
-def _read_label(path: Path, case_id: str, reference: Image, label_map: LabelMap | None) -> Image:
-    """A label is used as given, never resampled: one on another grid, or with values outside the job's label map, would
-    silently train the wrong regions, so each mismatch is refused with what to fix."""
-    label = read_volume(path)
+def check_label(label: Image, case_id: str, reference: Image, label_map: LabelMap | None) -> Image:
+    """A decoded label, used as given, never resampled: one on another grid, or with values outside the job's label
+    map, would silently train the wrong regions, so each mismatch is refused with what to fix."""
+    path = label.source
     if label.spatial_shape != reference.spatial_shape:
         raise DataError(
             f"{path}: label shape {label.spatial_shape} does not match the image shape {reference.spatial_shape} "

@@ -33,6 +33,7 @@ RESULT_SENT = "result_sent"
 JOB_END = "job_end"
 COMMAND_REFUSED = "command_refused"
 COMMAND_ALLOWED = "command_allowed"
+SUMMARY_EXPORTED = "summary_exported"  # the privacy officer exported a data summary (site-agent summary export)
 
 
 class AuditLog:

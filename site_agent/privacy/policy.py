@@ -70,6 +70,8 @@ class SitePolicy:
                "global model is scored")
     min_cases: int = _field(5, "fewest cases an evaluation's quartiles and per-case rows are sent over; a site that "
                                "scored fewer sends its means and case count only, and says so")
+    min_count: int = _field(5, "fewest cases (images) a data summary's released count may hold: a cell with fewer "
+                               "is left out, and a quantile is sent only over at least this many cases")
     budget_epsilon: float = _field(30.0, "total epsilon all jobs may spend at this site (the ledger's sum)")
     budget_delta: float = _field(1e-4, "total delta all jobs may spend at this site")
     records_dir: str = _field("", "folder of the privacy ledger and audit log; empty: the kit's local/ folder")
@@ -89,7 +91,8 @@ class SitePolicy:
                 f"{commands or 'none'}; {dp}; release epsilon <= "
                 f"{self.max_release_epsilon}; secure aggregation >= {self.min_secure_aggregation_sites} sites; "
                 f"evaluation scores per case {'shared' if self.share_case_metrics else 'kept'}, quartiles and rows "
-                f"over >= {self.min_cases} cases; budget epsilon {self.budget_epsilon}, delta {self.budget_delta}")
+                f"over >= {self.min_cases} cases; data summaries count >= {self.min_count} cases per cell; "
+                f"budget epsilon {self.budget_epsilon}, delta {self.budget_delta}")
 
 
 class PolicyError(ValueError):

@@ -162,7 +162,7 @@ def test_a_rebooted_playerfl_site_comes_back_into_its_job_with_its_personal_laye
 
 def test_one_model_kinds_go_on_without_a_dead_site_and_stop_named_on_a_server_restart_or_an_abort(fault_federation,
                                                                                                tmp_path):
-    """brats-inference, brats-evaluation and isic-evaluation are one task each (server_app.held_model_task), run
+    """brats-inference, brats-evaluation and isic-evaluation are one task each (server_app.one_task), run
     side by side here through each fault: a site killed during the task and started again at once (a service's
     restart) gets the task again once the server has deployed the job to it again (the task still waiting for it,
     or sent again), and every site's cases are segmented, or scored, and its images scored; the server killed

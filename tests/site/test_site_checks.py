@@ -15,7 +15,8 @@ def test_a_provisioned_kit_passes_and_shows_the_policy_in_force(kit):
     assert rows["private key"].status == "OK" and "mode 600" in rows["private key"].detail
     policy = rows["privacy policy"]
     assert policy.status == "OK"
-    kinds = "brats-evaluation, brats-inference, brats-segmentation, fedavg-linear, fedkt-csd, isic-evaluation, playerfl"
+    kinds = ("brats-evaluation, brats-inference, brats-segmentation, data-summary, fedavg-linear, fedkt-csd, "
+             "isic-evaluation, playerfl")
     assert f"kinds {kinds}" in policy.detail
     assert "shell commands: nobody" in policy.detail and "budget epsilon 30.0" in policy.detail
     assert f"ledger and audit log in {kit / 'local'}" in policy.detail

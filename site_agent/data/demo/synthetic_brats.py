@@ -77,8 +77,9 @@ def synthetic_case(
     shape: tuple[int, int, int] = (48, 48, 48),
     seed: int = 0,
     label_map: LabelMap = BRATS_2021,
+    spacing: float = 1.0,
 ) -> SyntheticCase:
-    """Generate one case in memory (deterministic in seed, site and case index)."""
+    """Generate one case in memory (deterministic in seed, site and case index), on voxels of `spacing` mm."""
     style = site_style(site_index)
     rng = np.random.default_rng([seed, site_index, case_index])
     size = np.asarray(shape, dtype=float)
@@ -105,7 +106,8 @@ def synthetic_case(
         # gain, offset and noise inside the head only; the (skull-stripped) background stays 0, as in real scans
         physical = np.where(brain, style.gain * np.clip(signal, 0.0, None) + style.offset, 0.0)
         stored[c] = np.clip(np.rint((physical - intercept) / style.slope), 0, np.iinfo(np.uint16).max)
-    affine = np.array([[-1.0, 0, 0, size[0] / 2], [0, -1.0, 0, size[1] / 2], [0, 0, 1.0, -size[2] / 2], [0, 0, 0, 1]])
+    affine = np.array([[-spacing, 0, 0, size[0] / 2], [0, -spacing, 0, size[1] / 2], [0, 0, spacing, -size[2] / 2],
+                       [0, 0, 0, 1]])
     return SyntheticCase(stored, style.slope, intercept, label, affine)
 
 
@@ -117,18 +119,25 @@ def write_brats_site(
     seed: int = 0,
     layout: Literal["dicom", "nifti"] = "dicom",
     label_map: LabelMap = BRATS_2021,
+    spacing: float = 1.0,
+    missing: tuple[str, ...] = (),
 ) -> list[BratsCase]:
-    """Write a site's cases (DICOM series folders T1/T1GD/T2/FLAIR, or BraTS-named NIfTI) and `datalist.json`."""
+    """Write a site's cases (DICOM series folders T1/T1GD/T2/FLAIR, or BraTS-named NIfTI) and `datalist.json`.
+
+    `spacing` (mm) and `missing` (modalities not written) make a site unlike the others, for the data summary's
+    tests and demo; a site with `missing` modalities has no complete case, hence no datalist, and returns none."""
     if site_index < 1:
         raise ValueError(f"site index {site_index} must be 1 or more")
     out = Path(out)
     for case_index in range(n_cases):
         case_id = f"Site{site_index}_{case_index:03d}"
-        case = synthetic_case(site_index, case_index, shape, seed, label_map)
+        case = synthetic_case(site_index, case_index, shape, seed, label_map, spacing)
         case_dir = out / case_id
         if layout == "dicom":
             study, frame = _uid(seed, case_id, "study"), _uid(seed, case_id, "frame")
             for c, modality in enumerate(MODALITIES):
+                if modality in missing:
+                    continue
                 ids = SeriesIds(study=study, series=_uid(seed, case_id, modality), frame_of_reference=frame,
                                 patient_id=case_id)
                 write_dicom_series(case_dir / DEFAULT_DICOM_FOLDERS[modality], case.stored[c], case.affine, ids,
@@ -136,10 +145,14 @@ def write_brats_site(
                                    series_number=c + 1)
         elif layout == "nifti":
             for c, modality in enumerate(MODALITIES):
+                if modality in missing:
+                    continue
                 write_nifti(case_dir / f"{case_id}_{modality}.nii.gz", case.image[c], case.affine)
         else:
             raise ValueError(f"unknown layout {layout!r}; use 'dicom' or 'nifti'")
         write_nifti(case_dir / f"{case_id}_seg.nii.gz", case.label, case.affine)
+    if missing:
+        return []
     cases = discover_cases(out)
     write_datalist(cases, out / DATALIST_NAME, label_map)
     return cases
