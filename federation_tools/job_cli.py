@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fl_contract.params import params_to_json
 from jobs.cli_options import add_parameter_options, params_from_args
 from jobs.registry import job_kind, kinds
 
@@ -27,7 +28,22 @@ def _build(args: argparse.Namespace, out_dir: Path) -> Path:
     from jobs.common import build_job, export
 
     kind = job_kind(args.kind)
-    return export(build_job(kind, params_from_args(kind, args, args.parser)), out_dir)
+    params = params_from_args(kind, args, args.parser)
+    if getattr(args, "data_summary", None):
+        _warn_from_summary(Path(args.data_summary), params_to_json(params))
+    return export(build_job(kind, params), out_dir)
+
+
+def _warn_from_summary(path: Path, plan: dict[str, object]) -> None:
+    """Each flag of a data-summary job's results that concerns a job with these parameters, before it is built."""
+    from fl_contract.data_summary import plan_warnings
+    from reports.segmentation import load_results
+
+    warnings = plan_warnings(load_results(path), plan)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if not warnings:
+        print(f"the sites' data summary ({path}) raises nothing against this job")
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -102,6 +118,10 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _add_command_options(name: str, parser: argparse.ArgumentParser) -> None:
+    if name in ("export", "submit"):
+        parser.add_argument("--data-summary", metavar="RESULTS_JSON",
+                            help="a data-summary job's results.json: warn of what in the sites' data does not fit "
+                                 "this job (label map, crop, modalities, classes) before building it")
     if name == "export":
         parser.add_argument("--out", required=True, help="folder to write the job folder into")
     elif name == "submit":

@@ -274,12 +274,36 @@ def _glioma_site(site: str, summary: Mapping[str, Any], plan: Mapping[str, Any])
                                                f"with label_map={other}"))
     if fits.get("no known map"):
         out.append(Flag(site, "label_map", f"{site}: {fits['no known map']} label maps fit no BraTS convention"))
-    small = released_cells(summary, "roi_fit").get("smaller than roi_size", 0)
+    roi = list(plan.get("roi_size", ()))
+    if roi and roi == list(summary.get("params", {}).get("roi_size", ())):
+        small = released_cells(summary, "roi_fit").get("smaller than roi_size", 0)
+    else:  # another crop than the summary's: the shape bins that lie wholly below it
+        small = max([_below(summary, a, size) for a, size in zip(AXES, roi)] or [0])
     if small:
-        out.append(Flag(site, "roi", f"{site}: {small} volumes are smaller than roi_size "
-                                     f"{list(plan.get('roi_size', ()))} on some axis; training pads them, or lower "
-                                     "roi_size"))
+        out.append(Flag(site, "roi", f"{site}: {small} volumes are smaller than roi_size {roi} on some axis; "
+                                     "training pads them, or lower roi_size"))
     return out
+
+
+def _below(summary: Mapping[str, Any], axis: str, size: int) -> int:
+    """Cases whose shape bin along `axis` ends at or below `size` voxels."""
+    edges = (*SHAPE_EDGES, math.inf)
+    cells = bins(SHAPE_EDGES, "voxels")
+    return sum(n for cell, n in released_cells(summary, f"shape/{axis}").items()
+               if cell in cells and edges[cells.index(cell)] <= size)
+
+
+def plan_warnings(results: Mapping[str, Any], plan: Mapping[str, Any]) -> list[str]:
+    """What a data-summary job's results.json says against a job with parameters `plan` (its JSON): the flags
+    recomputed for that job's label map, crop and classes, and a summary of another dataset key."""
+    summaries: Mapping[str, Mapping[str, Any]] = results.get("sites", {})
+    if results.get("workflow") != "data summary" or not summaries:
+        return ["the file is not a data-summary job's results.json with sites' summaries: nothing checked"]
+    warnings = []
+    summarised = next(iter(summaries.values())).get("params", {}).get("dataset")
+    if plan.get("dataset") and summarised and plan["dataset"] != summarised:
+        warnings.append(f"the summary describes dataset key {summarised!r}; this job reads {plan['dataset']!r}")
+    return warnings + [f.message for f in flags(summaries, plan)]
 
 
 def _isic_site(site: str, summary: Mapping[str, Any], plan: Mapping[str, Any]) -> list[Flag]:

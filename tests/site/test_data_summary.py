@@ -207,3 +207,47 @@ def test_a_reviewed_export_is_refused_for_another_job_a_stricter_policy_or_an_ed
     shutil.rmtree(out)
     with pytest.raises(FileNotFoundError, match="site-agent summary export"):
         read_reviewed(out, JOB, MIN_COUNT)
+
+
+def test_the_report_page_shows_the_flags_and_the_sites_side_by_side_and_withholds_nothing_as_zero(
+        tmp_path, summaries):
+    from PIL import Image
+    from support import non_blank, screenshot
+
+    from fl_contract.params import params_to_json
+    from reports.data_summary import main as report
+
+    hostile = {**summaries, "<b>site-5</b>": summaries["site-4"]}
+    results = {"workflow": "data summary", **params_to_json(JOB), "status": "finished", "sites": hostile,
+               "federation": ds.pooled(hostile), "flags": [f.to_json() for f in ds.flags(hostile, JOB.content())]}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+
+    assert report([str(tmp_path / "results.json"), "--out", str(tmp_path / "report")]) == 0
+
+    html = (tmp_path / "report" / "data_summary.html").read_text()
+    assert "<b>site-5</b>" not in html and "&lt;b&gt;site-5&lt;/b&gt;" in html and "<script" not in html
+    assert html.index("Flags") < html.index("case_status") and "missing t1ce" in html
+    assert "brats2021 convention" in html and "spacing_mm/x" in html
+    pooled = ds.pooled(hostile)["features"]["case_status"]["cells"]["usable"]
+    assert pooled == 6 + 6 + 6 and f"<td>{pooled}</td>" in html  # site-2, site-4 and the copy of site-4
+    shot = screenshot(tmp_path / "report" / "data_summary.html", tmp_path / "report" / "page.png", 1200, 1600)
+    assert non_blank(shot) and Image.open(shot).size == (1200, 1600)
+
+
+def test_fl_job_export_warns_of_what_the_summary_says_against_the_training_job(tmp_path, summaries, capsys):
+    from fl_contract.params import params_to_json
+    from federation_tools.job_cli import main as fl_job
+
+    results = {"workflow": "data summary", **params_to_json(JOB), "sites": summaries}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    base = ["export", "brats-segmentation", "--data-summary", str(tmp_path / "results.json"), "--label-map",
+            "brats2023", "--init-filters", "8", "--blocks-down", "1", "1", "--blocks-up", "1"]
+
+    assert fl_job([*base, "--out", str(tmp_path / "a"), "--roi-size", "32", "32", "32"]) == 0
+    warned = capsys.readouterr().err
+    assert "site-3: 6 cases are labelled in the brats2021 convention" in warned
+    assert "site-1: t1ce missing" in warned and "site-2: voxel size along x" in warned
+    assert "smaller than roi_size [32, 32, 32]" in warned  # 24-voxel volumes under a crop of 32
+    assert fl_job([*base, "--out", str(tmp_path / "b"), "--roi-size", "16", "16", "16"]) == 0
+    assert "smaller than roi_size" not in capsys.readouterr().err
+    assert (tmp_path / "b" / "brats-segmentation").is_dir()
