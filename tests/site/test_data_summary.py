@@ -235,8 +235,8 @@ def test_the_report_page_shows_the_flags_and_the_sites_side_by_side_and_withhold
 
 
 def test_fl_job_export_warns_of_what_the_summary_says_against_the_training_job(tmp_path, summaries, capsys):
-    from fl_contract.params import params_to_json
     from federation_tools.job_cli import main as fl_job
+    from fl_contract.params import params_to_json
 
     results = {"workflow": "data summary", **params_to_json(JOB), "sites": summaries}
     (tmp_path / "results.json").write_text(json.dumps(results))
