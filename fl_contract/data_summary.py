@@ -25,8 +25,8 @@ from fl_contract.labels import LABEL_MAPS, REGIONS
 FORMAT = "hospital-fl-data-summary/v1"
 SUMMARY_TASK = "summarize"
 SUMMARY_META = "data_summary"
-"""The key of the site's answer's meta holding the summary's JSON text: the exact bytes the privacy officer's export
-holds (`site-agent summary export`)."""
+"""The one array of the site's answer: the summary's JSON text as UTF-8 bytes (uint8), the exact bytes the privacy
+officer's export holds (`site-agent summary export`)."""
 GLIOMA, ISIC = "glioma", "isic"
 DATA_KINDS = (GLIOMA, ISIC)
 
@@ -297,7 +297,7 @@ def plan_warnings(results: Mapping[str, Any], plan: Mapping[str, Any]) -> list[s
     """What a data-summary job's results.json says against a job with parameters `plan` (its JSON): the flags
     recomputed for that job's label map, crop and classes, and a summary of another dataset key."""
     summaries: Mapping[str, Mapping[str, Any]] = results.get("sites", {})
-    if results.get("workflow") != "data summary" or not summaries:
+    if (results.get("job") or {}).get("workflow") != "data summary" or not summaries:
         return ["the file is not a data-summary job's results.json with sites' summaries: nothing checked"]
     warnings = []
     summarised = next(iter(summaries.values())).get("params", {}).get("dataset")

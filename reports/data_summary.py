@@ -25,15 +25,17 @@ BAR_PX = 80
 
 
 def is_data_summary(results: Mapping[str, Any]) -> bool:
-    return results.get("workflow") == "data summary"
+    return bool((results.get("job") or {}).get("workflow") == "data summary")
 
 
 def page(results: Mapping[str, Any]) -> str:
+    """The whole page as one HTML string: flags first, because they are what an admin acts on before training."""
     sites: dict[str, dict[str, Any]] = results.get("sites", {})
     names = sorted(sites)
-    data = str(results.get("data_kind", ds.GLIOMA))
-    params = {k: results.get(k) for k in ("data_kind", "dataset", "label_map", "roi_size", "grid",
-                                          "resample_ras_1mm", "classes", "dp_noise_multiplier") if k in results}
+    job = results.get("job", {})
+    data = str(job.get("data_kind", ds.GLIOMA))
+    params = {k: job.get(k) for k in ("data_kind", "dataset", "label_map", "roi_size", "grid", "resample_ras_1mm",
+                                      "classes", "dp_noise_multiplier") if k in job}
     flags = [f"<b>{text(f['check'])}</b>: {text(f['message'])}" for f in results.get("flags", [])]
     sections = [
         f"<p>Status {text(results.get('status', ''))}; "
@@ -42,7 +44,7 @@ def page(results: Mapping[str, Any]) -> str:
         "<h2>Sites</h2>" + _overview(sites, results),
     ]
     pooled = results.get("federation", {})
-    for feature in ds.features_of(data, results.get("classes", ())):
+    for feature in ds.features_of(data, job.get("classes", ())):
         sections.append(_feature(feature, sites, names, pooled.get("features", {}).get(feature.name, {})))
     sections.append("<h2>Quantiles</h2><p>Means over each site's cases of its cases' voxel percentiles "
                     "(intensities), or percentiles over its cases (volumes, colours); the federation's is their "
@@ -127,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = load_results(args.result)
     if not is_data_summary(results):
-        raise SystemExit(f"{args.result}: not a data-summary job's result (workflow {results.get('workflow')!r})")
+        raise SystemExit(f"{args.result}: not a data-summary job's result (workflow "
+                         f"{(results.get('job') or {}).get('workflow')!r})")
     paths = write_report(results, args.out)
     for flag in results.get("flags", []):
         print(f"flag: {flag['message']}")

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
 from fl_contract import data_summary as ds
@@ -47,14 +48,14 @@ class DataSummaryController(OneTaskWorkflow):
         summaries: dict[str, dict[str, Any]] = {}
         unreadable: dict[str, str] = {}
         for result in results:
-            site, text = site_name(result), (result.meta or {}).get(ds.SUMMARY_META)
-            if not isinstance(text, str):
+            site, sent = site_name(result), (result.params or {}).get(ds.SUMMARY_META)
+            if not isinstance(sent, np.ndarray) or sent.dtype != np.uint8 or sent.ndim != 1:
                 unreadable[site] = "its answer holds no data summary"
                 continue
-            (folder / f"{site}.json").write_text(text)
+            (folder / f"{site}.json").write_bytes(sent.tobytes())
             try:
-                summary = json.loads(text)
-            except json.JSONDecodeError as err:
+                summary = json.loads(sent.tobytes().decode())
+            except (UnicodeDecodeError, json.JSONDecodeError) as err:
                 unreadable[site] = f"its summary is not JSON ({err})"
                 continue
             if summary.get("format") != ds.FORMAT or summary.get("params") != self.job.content():

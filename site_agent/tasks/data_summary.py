@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from fl_contract.data_summary import SUMMARY_META
@@ -20,7 +21,7 @@ from site_agent.tasks.executor import SiteContext, TaskExecutor
 
 
 class DataSummaryTask(TaskExecutor):
-    """Answers the `summarize` task with the summary's JSON text in the result's meta, nothing else."""
+    """Answers the `summarize` task with the summary's JSON text (UTF-8 bytes as one uint8 array), nothing else."""
 
     RELEASE = SUMMARY
 
@@ -44,4 +45,4 @@ class DataSummaryTask(TaskExecutor):
             if problems:
                 self.logger.info(f"{len(problems.splitlines())} cases a training job would refuse: see {kept}")
         self.note_for_audit(summary_sha256=sha256(text))
-        return FLModel(meta={SUMMARY_META: text})
+        return FLModel(params={SUMMARY_META: np.frombuffer(text.encode(), dtype=np.uint8)})

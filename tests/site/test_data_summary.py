@@ -218,7 +218,7 @@ def test_the_report_page_shows_the_flags_and_the_sites_side_by_side_and_withhold
     from reports.data_summary import main as report
 
     hostile = {**summaries, "<b>site-5</b>": summaries["site-4"]}
-    results = {"workflow": "data summary", **params_to_json(JOB), "status": "finished", "sites": hostile,
+    results = {"job": {"workflow": "data summary", **params_to_json(JOB)}, "status": "finished", "sites": hostile,
                "federation": ds.pooled(hostile), "flags": [f.to_json() for f in ds.flags(hostile, JOB.content())]}
     (tmp_path / "results.json").write_text(json.dumps(results))
 
@@ -238,7 +238,7 @@ def test_fl_job_export_warns_of_what_the_summary_says_against_the_training_job(t
     from federation_tools.job_cli import main as fl_job
     from fl_contract.params import params_to_json
 
-    results = {"workflow": "data summary", **params_to_json(JOB), "sites": summaries}
+    results = {"job": {"workflow": "data summary", **params_to_json(JOB)}, "sites": summaries}
     (tmp_path / "results.json").write_text(json.dumps(results))
     base = ["export", "brats-segmentation", "--data-summary", str(tmp_path / "results.json"), "--label-map",
             "brats2023", "--init-filters", "8", "--blocks-down", "1", "1", "--blocks-up", "1"]
