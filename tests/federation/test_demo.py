@@ -1,4 +1,5 @@
-"""The README's first command: the demo provisions, runs the job on a loopback federation and leaves nothing behind."""
+"""The README's first command: the demo provisions, summarises the sites' data, runs a job on a loopback federation
+and leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -21,14 +22,18 @@ def _federation_processes(workspace: Path) -> list[psutil.Process]:
     return found
 
 
-def test_demo_runs_fedavg_end_to_end_and_cleans_up(tmp_path):
+def test_demo_summarises_the_data_then_runs_fedavg_end_to_end_and_cleans_up(tmp_path):
     workspace = tmp_path / "demo"
     fl_demo = Path(sys.executable).with_name("fl-demo")
 
-    completed = subprocess.run([str(fl_demo), "--workspace", str(workspace), "--jobs", "fedavg-linear"],
+    completed = subprocess.run([str(fl_demo), "--workspace", str(workspace), "--jobs", "data-summary,fedavg-linear"],
                                capture_output=True, text=True, timeout=600)
 
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert "nothing flagged" in completed.stdout
+    report = next(line for line in completed.stdout.splitlines() if line.startswith("data summary report: "))
+    page = Path(report.removeprefix("data summary report: "))
+    assert page.is_file() and "site-3" in page.read_text()
     assert "5  [+1.995, -2.990]" in completed.stdout
     assert "demo finished" in completed.stdout
     assert _federation_processes(workspace) == []
