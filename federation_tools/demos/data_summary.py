@@ -3,25 +3,22 @@ on it, under each site's min_count, and the report page written beside the downl
 
 from __future__ import annotations
 
-import json
-
 from federation_tools.admin import JobOutcome
 from federation_tools.demo_job import DemoJob
 from federation_tools.demos.segmentation import site_data
 from jobs.data_summary.spec import KIND, DataSummaryParams
 from jobs.segmentation.spec import CPU_DEMO
 from reports.data_summary import write_report
-from server_app.results import RESULTS_FILE
 
 
 def summary(outcome: JobOutcome) -> str:
-    app_dir = outcome.server_app_dir()
-    results = json.loads((app_dir / RESULTS_FILE).read_text())
-    page, _ = write_report(results, app_dir.parent.parent / "report")
+    download = outcome.server_app_dir().parent.parent  # raises, naming the job, when nothing was downloaded
+    results = outcome.results()
+    page, _ = write_report(results, download / "report")
     lines = [f"flag: {flag['message']}" for flag in results.get("flags", [])] or [
         "nothing flagged: the sites' data fit the planned segmentation job"]
     return "\n".join([*lines, f"data summary report: {page}",
-                      f"(written by: fl-summary-report {outcome.result_dir} --out report/)"])
+                      f"(written by: fl-summary-report {download} --out report/)"])
 
 
 DEMOS = [DemoJob("data-summary", KIND.name,
