@@ -10,6 +10,14 @@ DEMO_SITES = 3
 ISIC_IMAGES_PER_SITE = 96
 
 
-def isic_demo_site(index: int, site: str, root: Path) -> str:
-    """`<root>/<site>/isic`: a synthetic ISIC-2019-format folder with label skew across the demo's sites."""
-    return str(write_isic_site(root / site / "isic", index, DEMO_SITES, ISIC_IMAGES_PER_SITE))
+def isic_demo_folder(site: str, root: Path, name: str = "isic") -> Path:
+    """Where `isic_demo_site` writes `site`'s folder `name`."""
+    return root / site / name
+
+
+def isic_demo_site(index: int, site: str, root: Path, seed: int = 0, images: int = ISIC_IMAGES_PER_SITE,
+                   name: str = "isic") -> str:
+    """`<root>/<site>/<name>`: a synthetic ISIC-2019-format folder with the demo's label skew across its sites.
+    `seed` draws another data set of the same sizes and skew (benchmarks repeat the demo over seeds); a job that needs
+    more images per site gives its own `name`."""
+    return str(write_isic_site(isic_demo_folder(site, root, name), index, DEMO_SITES, images, seed=seed))

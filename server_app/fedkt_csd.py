@@ -158,7 +158,7 @@ class FedKTCSDController(SiteAwareController):
         """
         images, labels, _ = outputs.read_synthetic_set(app_dir / outputs.SYNTHETIC_DIR)
         model = train_classifier(images, labels, len(self.classes), self.job.classifier_epochs, self.job.seed,
-                                 min_steps=self.job.classifier_min_steps)
+                                 min_steps=self.job.classifier_min_steps, noise_std=self.job.classifier_noise)
         budget = training_budget(len(labels), self.job.classifier_epochs, self.job.classifier_min_steps, BATCH_SIZE)
         on_synthetic = int(len(np.unique(predict(model, images))))
         if on_synthetic == 1 and len(np.unique(labels.numpy())) > 1:

@@ -52,8 +52,12 @@ def training_budget(num_images: int, epochs: int, min_steps: int, batch_size: in
 
 def train_classifier(images: torch.Tensor, labels: torch.Tensor, num_classes: int, epochs: int, seed: int,
                      batch_size: int = BATCH_SIZE, learning_rate: float = 1e-3, model: nn.Module | None = None,
-                     min_steps: int = 0) -> nn.Module:
-    """Adam on the cross-entropy over (images in [0, 1], labels), shuffled by `seed`, for `training_budget` passes."""
+                     min_steps: int = 0, noise_std: float = 0.0) -> nn.Module:
+    """Adam on the cross-entropy over (images in [0, 1], labels), shuffled by `seed`, for `training_budget` passes.
+
+    `noise_std` > 0 adds Gaussian noise of that std to every batch: a decoder returns smooth images without the
+    sensor noise real ones carry, and a classifier trained only on smooth images may key on their smoothness.
+    """
     torch.manual_seed(seed)
     model = model or build_classifier(images.shape[-1], num_classes)
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
@@ -61,8 +65,11 @@ def train_classifier(images: torch.Tensor, labels: torch.Tensor, num_classes: in
     model.train()
     for _ in range(training_budget(len(labels), epochs, min_steps, batch_size).epochs):
         for batch in torch.randperm(len(labels), generator=generator).split(batch_size):
+            x = images[batch]
+            if noise_std > 0:
+                x = x + noise_std * torch.randn(x.shape, generator=generator)
             optimizer.zero_grad()
-            nn.functional.cross_entropy(model(images[batch]), labels[batch]).backward()
+            nn.functional.cross_entropy(model(x), labels[batch]).backward()
             optimizer.step()
     return model.eval()
 

@@ -42,6 +42,9 @@ class FedKTCSDParams(FederationParams):
     classifier_epochs: int = param(10, "passes of that classifier over the synthetic set, at least", low=1)
     classifier_min_steps: int = param(400, "optimiser steps (batches of 32) of that classifier, at least: a small "
                                            "synthetic set gets more passes", low=0)
+    classifier_noise: float = param(0.03, "std of the Gaussian noise added to each training batch of that classifier "
+                                          "(pixels in [0, 1]): decoded images lack the sensor noise of real ones "
+                                          "(docs/fedkt-csd.md#the-downstream-classifier)", low=0.0, high=0.5)
     noise_seed: int | None = param(None, "fixed DP noise seed, for tests and audits on non-sensitive data only: "
                                          "anyone who knows it can remove the noise (default: secret)")
     seed: int = param(0, "split, sampling and classifier seed")

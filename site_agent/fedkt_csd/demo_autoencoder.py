@@ -7,7 +7,8 @@ autoencoder's latents drift to huge norms (docs/algorithms.md#demo-autoencoder-l
 `latent_weight` x mean(z^2). The clip norm R is the median latent norm on these public images, fixed before any
 site data is seen and saved in clip_norm.json. How well it reconstructs, and what a classifier trained on its
 reconstructions scores, is measured on held-out public images and saved beside it in quality.json, so that the
-demo can say what caps its results.
+demo can say what caps its results, and refuse to call a synthetic set meaningful when the autoencoder fails the
+quality gate (`passes_quality_gate`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ import torch
 from diffusers import AutoencoderDC
 
 from fl_contract.classes import PLAYERFL_CLASSES, TRAINING_CLASSES
-from fl_contract.fedkt_csd.classifier import CLASSIFIER, evaluate_classifier, train_classifier, training_budget
+from fl_contract.fedkt_csd.classifier import (
+    BATCH_SIZE,
+    CLASSIFIER,
+    evaluate_classifier,
+    train_classifier,
+    training_budget,
+)
+from fl_contract.job_params.fedkt_csd import FedKTCSDParams
 from fl_contract.models.dcae import (
     build_tiny_dcae,
     from_autoencoder_range,
@@ -44,7 +52,15 @@ LATENT_WEIGHT = 1e-3
 COLOUR_WEIGHT = 4.0
 COLOUR_BLOCK = 8  # the colour term compares 8x8 block means: low frequencies, where colour shifts live
 QUALITY_FILE = "quality.json"
-QUALITY_CLASSIFIER_EPOCHS, QUALITY_CLASSIFIER_MIN_STEPS = 10, 400  # the job's evaluation-round defaults
+# The recipe of the demo autoencoder the project ships (federation_tools/demos/demo_dcae, its quality.json says so):
+# `site-agent fedkt train-demo-autoencoder` with these defaults makes it again.
+TRAINING_IMAGES, TRAINING_STEPS, TRAINING_BATCH = 2048, 16_000, 16
+EVALUATION_ROUND = FedKTCSDParams()  # the quality classifiers are the evaluation round's, with the job's defaults
+# A classifier trained on smooth decoded images either transfers to the real ones or confuses two classes entirely,
+# depending on its seed alone: one seed's score is not the autoencoder's, so the quality is a mean over seeds.
+QUALITY_CLASSIFIER_SEEDS = 3
+QUALITY_IMAGES = 768
+QUALITY_GATE = 0.9  # the reconstruction classifier must keep this share of the real-image classifier's score
 
 
 def public_set(n_images: int, classes: Sequence[str] = TRAINING_CLASSES, image_size: int = 64,
@@ -122,14 +138,16 @@ def psnr_db(reconstructions: torch.Tensor, images: torch.Tensor) -> float:
     return 10.0 * math.log10(1.0 / float((reconstructions.double() - images.double()).square().mean()))
 
 
-def measure_quality(model: AutoencoderDC, n_images: int = 768, classifier_min_steps: int = QUALITY_CLASSIFIER_MIN_STEPS,
-                    seed: int = 0) -> dict[str, Any]:
+def measure_quality(model: AutoencoderDC, n_images: int = QUALITY_IMAGES,
+                    classifier_min_steps: int = EVALUATION_ROUND.classifier_min_steps, seed: int = 0,
+                    classifier_seeds: int = QUALITY_CLASSIFIER_SEEDS) -> dict[str, Any]:
     """The autoencoder's quality on held-out public images of the demo's classes (QUALITY_SEED, never trained on).
 
     Two thirds of `n_images` train the classifiers, one third tests. PSNR of the test images' reconstructions, and
     the balanced accuracy on the real test images of the evaluation round's classifier trained on the train images'
     reconstructions, next to the same classifier trained on the real train images: the gap is what the autoencoder
-    alone costs the downstream task. Deterministic on CPU, so a test can recompute it from the saved folder.
+    alone costs the downstream task. Each is the mean over `classifier_seeds` classifier seeds (seed, seed + 1, ...).
+    Deterministic on CPU, so a test can recompute it from the saved folder.
     """
     classes = list(PLAYERFL_CLASSES)
     data = public_set(n_images, classes, seed=QUALITY_SEED)
@@ -138,23 +156,35 @@ def measure_quality(model: AutoencoderDC, n_images: int = 768, classifier_min_st
     train, test = order[:train_images], order[train_images:]
     x_train, y_train = data.images[train], data.labels[train]
     x_test, y_test = data.images[test], data.labels[test]
-    budget = training_budget(train_images, QUALITY_CLASSIFIER_EPOCHS, classifier_min_steps, 32)
-    scores = {}
+    epochs, noise = EVALUATION_ROUND.classifier_epochs, EVALUATION_ROUND.classifier_noise
+    budget = training_budget(train_images, epochs, classifier_min_steps, BATCH_SIZE)
+    seeds = [seed + k for k in range(classifier_seeds)]
+    scores: dict[str, list[float]] = {}
     for name, images in (("real", x_train), ("reconstructions", reconstruct(model, x_train))):
-        classifier = train_classifier(images, y_train, len(classes), QUALITY_CLASSIFIER_EPOCHS, seed,
-                                      min_steps=classifier_min_steps)
-        scores[name] = evaluate_classifier(classifier, x_test, y_test)["balanced_accuracy"]
+        scores[name] = [evaluate_classifier(train_classifier(images, y_train, len(classes), epochs, s,
+                                                             min_steps=classifier_min_steps, noise_std=noise),
+                                            x_test, y_test)["balanced_accuracy"] for s in seeds]
     return {
         "psnr_db": psnr_db(reconstruct(model, x_test), x_test),
-        "balanced_accuracy_reconstructions": scores["reconstructions"],
-        "balanced_accuracy_real": scores["real"],
+        "balanced_accuracy_reconstructions": sum(scores["reconstructions"]) / len(seeds),
+        "balanced_accuracy_real": sum(scores["real"]) / len(seeds),
+        "per_classifier_seed": {"reconstructions": scores["reconstructions"], "real": scores["real"]},
+        "gate": QUALITY_GATE,
         "held_out": {"seed": QUALITY_SEED, "classes": classes, "train_images": train_images,
                      "test_images": n_images - train_images, "image_size": int(x_test.shape[-1]), "split_seed": seed},
-        "classifier": {"name": CLASSIFIER, "epochs": budget.epochs, "steps": budget.steps, "seed": seed},
+        "classifier": {"name": CLASSIFIER, "epochs": budget.epochs, "steps": budget.steps, "noise_std": noise,
+                       "seeds": seeds},
         "about": "psnr_db: 10 log10(1/MSE) of the test images' reconstructions, pixels in [0, 1]; balanced_accuracy_*: "
                  "the evaluation round's classifier trained on the train images' reconstructions (or on the real "
-                 "train images) and scored on the real test images; all held-out public synthetic images",
+                 "train images) and scored on the real test images, mean over the classifier seeds; all held-out "
+                 "public synthetic images; gate: the share of the real-image score the reconstructions must keep",
     }
+
+
+def passes_quality_gate(quality: dict[str, Any]) -> bool:
+    """Whether a classifier trained on the autoencoder's reconstructions keeps at least QUALITY_GATE of the score of
+    one trained on the real images: below it, the decoded images have lost the class evidence a synthetic set needs."""
+    return bool(quality["balanced_accuracy_reconstructions"] >= QUALITY_GATE * quality["balanced_accuracy_real"])
 
 
 def read_quality(folder: Path) -> dict[str, Any] | None:
@@ -165,31 +195,43 @@ def read_quality(folder: Path) -> dict[str, Any] | None:
 
 
 def describe_quality(quality: dict[str, Any] | None) -> str:
-    """One line for people: the stored PSNR and classifier scores, or that none were stored."""
+    """For people: the stored PSNR and classifier scores and the gate's verdict, or that none were stored."""
     if quality is None:
         return f"autoencoder quality: not measured (no {QUALITY_FILE})"
     held_out = quality["held_out"]
-    return (f"autoencoder quality on {held_out['test_images']} held-out public synthetic images: reconstruction PSNR "
+    line = (f"autoencoder quality on {held_out['test_images']} held-out public synthetic images: reconstruction PSNR "
             f"{quality['psnr_db']:.1f} dB; a classifier trained on {held_out['train_images']} reconstructions scores "
             f"balanced accuracy {quality['balanced_accuracy_reconstructions']:.3f} on real images "
             f"({quality['balanced_accuracy_real']:.3f} trained on the real images)")
+    if passes_quality_gate(quality):
+        return f"{line}: passes the quality gate (at least {QUALITY_GATE:.0%} of the real-image score)"
+    return (f"{line}.\nTHE AUTOENCODER IS TOO WEAK FOR A MEANINGFUL SYNTHETIC SET: its reconstructions keep less than "
+            f"{QUALITY_GATE:.0%} of the real-image score, so a classifier trained on the images it decodes learns "
+            f"little about real ones. Use a published DC-AE, or the demo one this project ships.")
 
 
-def train_demo_autoencoder(out: Path, n_images: int = 2048, steps: int = 1500, batch_size: int = 16, seed: int = 0,
-                           quality_images: int = 768,
-                           classifier_min_steps: int = QUALITY_CLASSIFIER_MIN_STEPS) -> Path:
-    """Train, fix R from the public images, measure the quality, and save `out` (config.json, safetensors weights,
-    clip_norm.json, quality.json)."""
+def train_demo_autoencoder(out: Path, n_images: int = TRAINING_IMAGES, steps: int = TRAINING_STEPS,
+                           batch_size: int = TRAINING_BATCH, seed: int = 0, quality_images: int = QUALITY_IMAGES,
+                           classifier_min_steps: int = EVALUATION_ROUND.classifier_min_steps) -> Path:
+    """Train on `n_images` public images, then `save_demo_autoencoder`."""
     started = time.monotonic()
-    images = public_images(n_images)
-    model = train_autoencoder(images, steps, batch_size, seed=seed)
-    clip_norm = median_latent_norm(model, images)
-    seconds = time.monotonic() - started
-    provenance = (f"median latent norm of {n_images} public synthetic ISIC-style images (seed {PUBLIC_SEED}), 64x64 in "
-                  f"[-1, 1]; tiny AutoencoderDC trained {steps} steps (batch {batch_size}, latent weight "
-                  f"{LATENT_WEIGHT}, colour weight {COLOUR_WEIGHT}, seed {seed}) in {seconds:.0f} s")
+    model = train_autoencoder(public_images(n_images), steps, batch_size, seed=seed)
+    recipe = {"images": n_images, "steps": steps, "batch_size": batch_size, "seed": seed,
+              "seconds": round(time.monotonic() - started)}
+    return save_demo_autoencoder(model, out, recipe, quality_images, classifier_min_steps)
+
+
+def save_demo_autoencoder(model: AutoencoderDC, out: Path, recipe: dict[str, Any], quality_images: int = QUALITY_IMAGES,
+                          classifier_min_steps: int = EVALUATION_ROUND.classifier_min_steps) -> Path:
+    """Fix R from the public images `recipe` trained on, measure the quality, and save `out` (config.json, safetensors
+    weights, clip_norm.json, quality.json whose `training` is `recipe`: images, steps, batch_size, seed, seconds)."""
+    clip_norm = median_latent_norm(model, public_images(recipe["images"]))
+    provenance = (f"median latent norm of {recipe['images']} public synthetic ISIC-style images (seed {PUBLIC_SEED}), "
+                  f"64x64 in [-1, 1]; tiny AutoencoderDC trained {recipe['steps']} steps "
+                  f"(batch {recipe['batch_size']}, latent weight {LATENT_WEIGHT}, colour weight {COLOUR_WEIGHT}, "
+                  f"seed {recipe['seed']}) in {recipe['seconds']} s")
     folder = save_autoencoder(model, Path(out), clip_norm, provenance)
-    quality = measure_quality(load_autoencoder(folder).model, quality_images, classifier_min_steps, seed)
-    quality["training"] = {"images": n_images, "steps": steps, "batch_size": batch_size, "seconds": round(seconds)}
+    quality = measure_quality(load_autoencoder(folder).model, quality_images, classifier_min_steps, recipe["seed"])
+    quality["training"] = recipe
     (folder / QUALITY_FILE).write_text(json.dumps(quality, indent=2))
     return folder

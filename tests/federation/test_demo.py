@@ -3,6 +3,7 @@ and leaves nothing behind."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +23,12 @@ def _federation_processes(workspace: Path) -> list[psutil.Process]:
     return found
 
 
-def test_demo_summarises_the_data_then_runs_fedavg_end_to_end_and_cleans_up(tmp_path):
+def test_demo_summarises_the_data_runs_fedavg_and_fedkt_csd_against_its_references_and_cleans_up(tmp_path):
     workspace = tmp_path / "demo"
     fl_demo = Path(sys.executable).with_name("fl-demo")
 
-    completed = subprocess.run([str(fl_demo), "--workspace", str(workspace), "--jobs", "data-summary,fedavg-linear"],
-                               capture_output=True, text=True, timeout=600)
+    completed = subprocess.run([str(fl_demo), "--workspace", str(workspace), "--jobs",
+                                "data-summary,fedavg-linear,fedkt-csd"], capture_output=True, text=True, timeout=900)
 
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     assert "nothing flagged" in completed.stdout
@@ -35,6 +36,13 @@ def test_demo_summarises_the_data_then_runs_fedavg_end_to_end_and_cleans_up(tmp_
     page = Path(report.removeprefix("data summary report: "))
     assert page.is_file() and "site-3" in page.read_text()
     assert "5  [+1.995, -2.990]" in completed.stdout
+    # FedKT-CSD: the shipped autoencoder's gate, then every site's score beside FedAvg's and the pooled one
+    assert "passes the quality gate" in completed.stdout and "TOO WEAK" not in completed.stdout
+    weighted = re.search(r"site-weighted\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", completed.stdout)
+    assert weighted is not None, completed.stdout[-3000:]
+    fedkt, fedavg, pooled = (float(v) for v in weighted.groups())
+    assert 0.25 < fedkt <= 1.0 and 0.25 < fedavg <= 1.0 and pooled >= max(fedkt, fedavg) - 0.1
+    assert all(re.search(rf"\n  {site}\s+80\s", completed.stdout) for site in ("site-1", "site-2", "site-3"))
     assert "demo finished" in completed.stdout
     assert _federation_processes(workspace) == []
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import json
 from pathlib import Path
@@ -10,15 +11,19 @@ from pathlib import Path
 import pytest
 import torch
 
+from federation_tools.demos.fedkt_csd import DEMO_AUTOENCODER
 from fl_contract.models.dcae import CLIP_NORM_FILE, load_autoencoder
 from server_app.server_config import ServerConfig, ServerConfigError, write_server_config
 from site_agent.cli import main
 from site_agent.fedkt_csd.demo_autoencoder import (
+    describe_quality,
     measure_quality,
     median_latent_norm,
+    passes_quality_gate,
     psnr_db,
     public_images,
     read_quality,
+    train_demo_autoencoder,
 )
 
 TINY_RUN = ["--images", "16", "--steps", "2", "--batch-size", "4", "--quality-images", "24",
@@ -84,3 +89,49 @@ def test_server_config_names_the_file_and_the_missing_model(tmp_path):
     assert config.model_dir("dcae") == tmp_path
     with pytest.raises(ServerConfigError, match=f'{path}: no model "other" configured'):
         config.model_dir("other")
+
+
+@pytest.mark.parametrize(("reconstructions", "real", "passes"), [(0.9, 1.0, True), (0.89, 1.0, False),
+                                                                  (0.45, 0.5, True), (0.5, 1.0, False)])
+def test_the_quality_gate_is_a_share_of_the_real_image_score(reconstructions, real, passes):
+    quality = {"balanced_accuracy_reconstructions": reconstructions, "balanced_accuracy_real": real}
+
+    assert passes_quality_gate(quality) is passes
+
+
+def test_an_autoencoder_below_the_gate_is_called_too_weak_and_one_above_is_not(command_run):
+    _, folder, _ = command_run
+    stored = read_quality(folder)
+    assert stored is not None
+    weak = {**stored, "balanced_accuracy_reconstructions": 0.5, "balanced_accuracy_real": 1.0}
+    good = {**stored, "balanced_accuracy_reconstructions": 0.95, "balanced_accuracy_real": 1.0}
+
+    assert "TOO WEAK FOR A MEANINGFUL SYNTHETIC SET" in describe_quality(weak)
+    assert "TOO WEAK" not in describe_quality(good) and "passes the quality gate" in describe_quality(good)
+
+
+def test_the_shipped_demo_autoencoder_passes_its_gate_recomputed_from_its_weights():
+    """The demo's autoencoder is loaded like a published checkpoint, and its quality.json is no claim: recomputed
+    from the weights (another machine may pick other float32 kernels, hence the tolerances), it passes the gate."""
+    stored = read_quality(DEMO_AUTOENCODER)
+    loaded = load_autoencoder(DEMO_AUTOENCODER)
+
+    recomputed = measure_quality(loaded.model)
+
+    assert stored is not None and passes_quality_gate(stored) and passes_quality_gate(recomputed)
+    assert recomputed["held_out"] == stored["held_out"]
+    assert recomputed["psnr_db"] == pytest.approx(stored["psnr_db"], abs=0.01)
+    assert recomputed["balanced_accuracy_reconstructions"] == pytest.approx(
+        stored["balanced_accuracy_reconstructions"], abs=0.05)
+    public = public_images(stored["training"]["images"])
+    assert loaded.clip_norm == pytest.approx(median_latent_norm(loaded.model, public), rel=1e-5)
+
+
+def test_the_shipped_demo_autoencoder_was_made_by_the_command_s_defaults():
+    stored = read_quality(DEMO_AUTOENCODER)
+    defaults = inspect.signature(train_demo_autoencoder).parameters
+
+    assert stored is not None
+    assert {k: v for k, v in stored["training"].items() if k != "seconds"} == {
+        "images": defaults["n_images"].default, "steps": defaults["steps"].default,
+        "batch_size": defaults["batch_size"].default, "seed": defaults["seed"].default}

@@ -37,7 +37,7 @@ def _source_files(pattern: str) -> set[str]:
             if "__pycache__" not in p.parts}
 
 
-def test_wheel_holds_every_module_and_subpackage_and_the_provisioning_and_page_templates(artifacts):
+def test_wheel_holds_every_module_and_subpackage_the_provisioning_and_page_templates_and_demo_model(artifacts):
     wheel, _ = artifacts
 
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -48,6 +48,7 @@ def test_wheel_holds_every_module_and_subpackage_and_the_provisioning_and_page_t
     assert {f"{p}/__init__.py" for p in packages} - names == set()  # a folder without one would be left out
     assert _source_files("*.yml") and _source_files("*.yml") <= names
     assert _source_files("templates/*.html") and _source_files("templates/*.html") <= names  # the status pages'
+    assert len(_source_files("demo_dcae/*")) == 4 and _source_files("demo_dcae/*") <= names  # fl-demo's autoencoder
 
 
 def test_wheel_has_every_console_script_of_pyproject(artifacts):

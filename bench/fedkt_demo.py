@@ -1,0 +1,111 @@
+"""FedKT-CSD on the demo's sites: the synthetic-set classifier against FedAvg and pooled real images, over seeds.
+
+    .venv/bin/python bench/fedkt_demo.py [--autoencoder FOLDER] [--seeds 0,1,2] [--write-readme]
+
+Each seed draws the demo's three ISIC-format sites afresh (`federation_tools.demos.fedkt_csd.demo_site` with that
+seed: the demo's images per site and label skew; seed 0 is the demo's own data) and runs what `fl-demo`'s fedkt-csd
+step runs, in one process: the sites' statistics path, their sum as secure aggregation delivers it, the server's DP
+release at the demo job's parameters (epsilon 10), the synthetic set through uint8, the evaluation round's
+classifier with the job's budget, scored on each site's held-out images; beside it the references of
+`federation_tools.fedkt_references` (FedAvg of the same classifier, and one trained on the pooled real images) on the
+same held-out images. Also the autoencoder's quality gate, recomputed here from the folder's weights. Default
+autoencoder: the demo one this project ships.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from readme_section import write_section
+
+from federation_tools.demo_data import DEMO_SITES
+from federation_tools.demos.fedkt_csd import DEMO_AUTOENCODER, DEMO_PARAMS, demo_site
+from federation_tools.fedkt_references import read_sites, reference_scores, site_scores, weighted_balanced_accuracy
+from fl_contract.fedkt_csd.classifier import train_classifier
+from fl_contract.fedkt_csd.wire import from_ring
+from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
+from jobs.fedkt_csd.spec import FedKTCSDParams
+from server_app.fedkt_outputs import to_uint8
+from server_app.fedkt_release import decode_latents, release_class_gaussians, sample_latents, synthetic_counts
+from server_app.privacy.dp_calibration import calibrate_noise
+from site_agent.fedkt_csd.demo_autoencoder import measure_quality, passes_quality_gate
+from site_agent.fedkt_csd.site_data import statistics_vector
+
+METHODS = ("FedKT-CSD", "FedAvg", "pooled real")
+
+
+def synthetic_set_classifier(ae: LoadedAutoencoder, folders: dict[str, Path], job: FedKTCSDParams,
+                             noise_seed: int) -> torch.nn.Module:
+    """The job's release and evaluation-round classifier, in one process."""
+    total = sum(statistics_vector(ae, folder, job.classes, job.image_size, job.holdout_fraction, job.seed)
+                for folder in folders.values())
+    stats = from_ring(np.asarray(total, dtype=np.uint64), len(job.classes), ae.clip_norm)
+    calibration = calibrate_noise(job.epsilon, job.delta, ae.clip_norm, job.adjacency,  # type: ignore[arg-type]
+                                  job.method, job.count_noise_multiplier)  # type: ignore[arg-type]
+    release = release_class_gaussians(stats, calibration, noise_seed, min_count=job.min_count)
+    counts = synthetic_counts(release.gaussians.counts, job.samples_per_class)
+    latents, labels = sample_latents(release.gaussians, counts, job.seed)
+    images = torch.from_numpy(to_uint8(decode_latents(ae.model, latents, job.image_size))).float() / 255.0
+    return train_classifier(images, torch.from_numpy(labels), len(job.classes), job.classifier_epochs, job.seed,
+                            min_steps=job.classifier_min_steps, noise_std=job.classifier_noise)
+
+
+def one_seed(ae: LoadedAutoencoder, root: Path, seed: int) -> dict[str, dict[str, dict[str, float]]]:
+    """Per method, per site: the evaluation round's metrics on that site's held-out images."""
+    folders = {f"site-{i}": Path(demo_site(i, f"site-{i}", root, seed)) for i in range(1, DEMO_SITES + 1)}
+    job = DEMO_PARAMS
+    fedkt = site_scores(synthetic_set_classifier(ae, folders, job, noise_seed=seed), read_sites(folders, job), job)
+    return {"FedKT-CSD": fedkt, **reference_scores(folders, job)}
+
+
+def table(runs: dict[int, dict[str, dict[str, dict[str, float]]]], quality: dict, seconds: float) -> str:
+    job = DEMO_PARAMS
+    gate = "passes" if passes_quality_gate(quality) else "fails"
+    lines = [f"Demo sites (3, seeds {', '.join(map(str, runs))}), classes {', '.join(job.classes)}, epsilon "
+             f"{job.epsilon}, delta {job.delta}; autoencoder: reconstruction classifier "
+             f"{quality['balanced_accuracy_reconstructions']:.3f} vs real {quality['balanced_accuracy_real']:.3f} "
+             f"(gate {gate}); {seconds / 60:.1f} min.", "",
+             "Site-weighted balanced accuracy on the sites' held-out images:", "",
+             "| method | " + " | ".join(f"seed {s}" for s in runs) + " | mean |",
+             "| --- | " + " | ".join("---:" for _ in runs) + " | ---: |"]
+    for method in METHODS:
+        values = [weighted_balanced_accuracy(r[method]) for r in runs.values()]
+        lines.append(f"| {method} | " + " | ".join(f"{v:.3f}" for v in values) + f" | {np.mean(values):.3f} |")
+    lines += ["", "Lowest recall of any class at any site:", "",
+              "| method | " + " | ".join(f"seed {s}" for s in runs) + " |",
+              "| --- | " + " | ".join("---:" for _ in runs) + " |"]
+    for method in METHODS:
+        lowest = [min(v for m in r[method].values() for k, v in m.items() if k.startswith("recall_"))
+                  for r in runs.values()]
+        lines.append(f"| {method} | " + " | ".join(f"{v:.2f}" for v in lowest) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--autoencoder", type=Path, default=DEMO_AUTOENCODER)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--write-readme", action="store_true")
+    args = parser.parse_args()
+    ae = load_autoencoder(args.autoencoder)
+    started = time.monotonic()
+    quality = measure_quality(ae.model)
+    runs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in (int(s) for s in args.seeds.split(",")):
+            runs[seed] = one_seed(ae, Path(tmp) / f"seed-{seed}", seed)
+            print(f"seed {seed}: " + ", ".join(f"{m} {weighted_balanced_accuracy(runs[seed][m]):.3f}"
+                                               for m in METHODS), flush=True)
+    text = table(runs, quality, time.monotonic() - started)
+    print(text)
+    if args.write_readme:
+        write_section("fedkt_demo", text)
+
+
+if __name__ == "__main__":
+    main()

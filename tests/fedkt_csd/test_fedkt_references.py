@@ -1,0 +1,80 @@
+"""What the demo reads FedKT-CSD's synthetic-set classifier against: FedAvg and pooled real images, same held-out
+images, and the demo's comparison table."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from federation_tools.demos.fedkt_csd import DEMO_PARAMS, comparison_table
+from federation_tools.fedkt_references import (
+    fedavg_classifier,
+    read_sites,
+    reference_scores,
+    weighted_balanced_accuracy,
+)
+from fl_contract.fedkt_csd.classifier import build_classifier, train_classifier
+from fl_contract.models import state_dict_to_numpy
+from site_agent.data.demo.synthetic_isic import write_isic_site
+from site_agent.fedkt_csd.site_data import load_split
+
+# A small budget keeps the test quick; the references' arithmetic does not depend on it.
+JOB = replace(DEMO_PARAMS, classifier_epochs=1, classifier_min_steps=4, image_size=32)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("sites")
+    return {f"site-{i}": write_isic_site(root / f"site-{i}", i, 2, n_images=n, size=32, seed=3)
+            for i, n in ((1, 30), (2, 50))}
+
+
+def test_one_fedavg_round_is_the_sample_weighted_mean_of_the_sites_local_models(folders):
+    sites = read_sites(folders, JOB)
+    torch.manual_seed(JOB.seed)
+    start = build_classifier(JOB.image_size, len(JOB.classes)).state_dict()
+    local = []
+    for site in sites:
+        model = build_classifier(JOB.image_size, len(JOB.classes))
+        model.load_state_dict(start)
+        local.append(state_dict_to_numpy(train_classifier(site.train.images, site.train.labels, len(JOB.classes), 1,
+                                                          JOB.seed, model=model, noise_std=JOB.classifier_noise)))
+    sizes = np.array([len(site.train.labels) for site in sites], dtype=np.float64)
+
+    averaged = state_dict_to_numpy(fedavg_classifier(sites, JOB, rounds=1))
+
+    assert sizes[0] != sizes[1]  # unequal sites, so a plain mean would differ
+    for name, value in averaged.items():
+        expected = (sizes[0] * local[0][name] + sizes[1] * local[1][name]) / sizes.sum()
+        np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_references_score_every_site_on_the_job_s_own_held_out_images(folders):
+    scores = reference_scores(folders, JOB)
+
+    assert set(scores) == {"FedAvg", "pooled real"}
+    for method in scores.values():
+        for site, folder in folders.items():
+            held_out = load_split(folder, JOB.classes, JOB.holdout_fraction, JOB.seed).holdout
+            assert method[site]["num_test"] == len(held_out)
+            assert 0.0 <= method[site]["balanced_accuracy"] <= 1.0
+
+
+def test_the_comparison_table_shows_each_score_and_the_site_weighted_one():
+    scores = {"FedKT-CSD": {"site-1": {"balanced_accuracy": 0.5, "num_test": 10.0},
+                            "site-2": {"balanced_accuracy": 1.0, "num_test": 30.0}},
+              "FedAvg": {"site-1": {"balanced_accuracy": 0.25, "num_test": 10.0},
+                         "site-2": {"balanced_accuracy": 0.75, "num_test": 30.0}}}
+
+    table = comparison_table(scores, epsilon=10.0)
+
+    weighted = re.search(r"site-weighted\s+([\d.]+)\s+([\d.]+)", table)
+    assert weighted is not None and weighted.groups() == ("0.875", "0.625")  # (0.5*10 + 1*30) / 40, (2.5 + 22.5) / 40
+    assert re.search(r"site-1\s+10\s+0\.500\s+0\.250", table)
+    assert "epsilon 10.0" in table
+    assert weighted_balanced_accuracy(scores["FedKT-CSD"]) == pytest.approx(0.875)
