@@ -8,8 +8,9 @@ step runs, in one process: the sites' statistics path, their sum as secure aggre
 release at the demo job's parameters (epsilon 10), the synthetic set through uint8, the evaluation round's
 classifier with the job's budget, scored on each site's held-out images; beside it the references of
 `federation_tools.fedkt_references` (FedAvg of the same classifier, and one trained on the pooled real images) on the
-same held-out images. Also the autoencoder's quality gate, recomputed here from the folder's weights. Default
-autoencoder: the demo one this project ships.
+same held-out images, and the pooled classifier trained on the autoencoder's reconstructions of the same training
+images (what the autoencoder alone costs on the demo's data). Also the autoencoder's quality gate, recomputed here
+from the folder's weights. Default autoencoder: the demo one this project ships.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,7 +28,13 @@ from readme_section import write_section
 
 from federation_tools.demo_data import DEMO_SITES
 from federation_tools.demos.fedkt_csd import DEMO_AUTOENCODER, DEMO_PARAMS, demo_site
-from federation_tools.fedkt_references import read_sites, reference_scores, site_scores, weighted_balanced_accuracy
+from federation_tools.fedkt_references import (
+    pooled_classifier,
+    read_sites,
+    reference_scores,
+    site_scores,
+    weighted_balanced_accuracy,
+)
 from fl_contract.fedkt_csd.classifier import train_classifier
 from fl_contract.fedkt_csd.wire import from_ring
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
@@ -33,10 +42,10 @@ from jobs.fedkt_csd.spec import FedKTCSDParams
 from server_app.fedkt_outputs import to_uint8
 from server_app.fedkt_release import decode_latents, release_class_gaussians, sample_latents, synthetic_counts
 from server_app.privacy.dp_calibration import calibrate_noise
-from site_agent.fedkt_csd.demo_autoencoder import measure_quality, passes_quality_gate
-from site_agent.fedkt_csd.site_data import statistics_vector
+from site_agent.fedkt_csd.demo_autoencoder import measure_quality, passes_quality_gate, reconstruct
+from site_agent.fedkt_csd.site_data import LabelledImages, statistics_vector
 
-METHODS = ("FedKT-CSD", "FedAvg", "pooled real")
+METHODS = ("FedKT-CSD", "FedAvg", "pooled real", "pooled reconstructions")
 
 
 def synthetic_set_classifier(ae: LoadedAutoencoder, folders: dict[str, Path], job: FedKTCSDParams,
@@ -59,11 +68,14 @@ def one_seed(ae: LoadedAutoencoder, root: Path, seed: int) -> dict[str, dict[str
     """Per method, per site: the evaluation round's metrics on that site's held-out images."""
     folders = {f"site-{i}": Path(demo_site(i, f"site-{i}", root, seed)) for i in range(1, DEMO_SITES + 1)}
     job = DEMO_PARAMS
-    fedkt = site_scores(synthetic_set_classifier(ae, folders, job, noise_seed=seed), read_sites(folders, job), job)
-    return {"FedKT-CSD": fedkt, **reference_scores(folders, job)}
+    sites = read_sites(folders, job)
+    fedkt = site_scores(synthetic_set_classifier(ae, folders, job, noise_seed=seed), sites, job)
+    decoded = [replace(s, train=LabelledImages(reconstruct(ae.model, s.train.images), s.train.labels)) for s in sites]
+    return {"FedKT-CSD": fedkt, **reference_scores(folders, job),
+            "pooled reconstructions": site_scores(pooled_classifier(decoded, job), sites, job)}
 
 
-def table(runs: dict[int, dict[str, dict[str, dict[str, float]]]], quality: dict, seconds: float) -> str:
+def table(runs: dict[int, dict[str, dict[str, dict[str, float]]]], quality: dict[str, Any], seconds: float) -> str:
     job = DEMO_PARAMS
     gate = "passes" if passes_quality_gate(quality) else "fails"
     lines = [f"Demo sites (3, seeds {', '.join(map(str, runs))}), classes {', '.join(job.classes)}, epsilon "
