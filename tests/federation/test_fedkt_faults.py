@@ -205,7 +205,8 @@ def test_a_site_back_after_a_restart_joins_the_next_rounds_masking_session_with_
                                                                                          tmp_path):
     """Masked brats-segmentation on four sites (three must survive): site-4's client and job process are killed
     after round 1 and started again 10 s later. The server deploys the job to it again; it never joins a session
-    it has no keys for, and is in the key exchange of a later round with fresh keys; the job completes."""
+    it has no keys for, and is in the key exchange of a later round (or of round 2, when that round waited for its
+    redeploy) with fresh keys; the job completes."""
     federation, loopback, _ = fedkt_federation
     job_dir = export(build_job(SEGMENTATION, MASKED.replace(num_rounds=4)), tmp_path)
     session = loopback.session(ADMIN)
@@ -223,7 +224,12 @@ def test_a_site_back_after_a_restart_joins_the_next_rounds_masking_session_with_
     results = outcome.results()
     rounds = results["rounds"]
     assert outcome.completed, outcome.refusal()
-    back = results["returns"]["site-4"][0]["back_at_round"]
+    server_log = (federation.kit(federation.server) / "log.txt").read_text()
+    assert f"job {job_id}: site-4 its job was deployed and started again" in server_log
+    # Killed once round 1 was done, site-4 either missed rounds (the next ones went on without it) or missed none:
+    # round 2 waits at its start for a site whose redeploy is under way, and a slow machine lands the kill there.
+    returns = results.get("returns", {}).get("site-4")
+    back = returns[0]["back_at_round"] if returns else 2
     exchanges = {r["round"]: r["secure_aggregation"]["key_exchange"] for r in rounds}
     assert "site-4" in exchanges[back] and rounds[back - 1]["secure_aggregation"]["survivors"] == SITES, exchanges
     sessions = [r["secure_aggregation"]["session"] for r in rounds]
