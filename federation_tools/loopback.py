@@ -81,10 +81,11 @@ class LoopbackFederation:
     def start_server(self, timeout: float = 60.0, wait: bool = True) -> Participant:
         """Start the server and (with `wait`) return once its log says "Server started" (its admin server is up).
 
-        Why wait: FLARE 2.9 answers a login in the moment after its port opens and before its context holds its
-        configuration badly (a session that then failed every message, "invalid auth token signature", seen once;
-        a challenge answered without the server's certificate, seen once). `wait=False` is what sites and
-        `fl-job submit` meet through a restart: the restart test runs that way."""
+        Why wait: FLARE 2.9 answers in the moment after its port opens and before its context holds its
+        configuration badly (a challenge answered without the server's certificate, seen once; a server that then
+        failed every admin session, "invalid auth token signature", seen once: server_app.startup_signature now
+        prevents that). `wait=False` is what sites and `fl-job submit` meet through a restart: the restart test runs
+        that way."""
         name = self.federation.server
         log_path = self.federation.kit(name) / "process.log"
         start = log_path.stat().st_size if log_path.is_file() else 0

@@ -26,7 +26,8 @@ that registers again mid-job is reported gone to the job, which FLARE does not d
 server's heartbeat timeout, and is then given the job again: deployed, started and taken back by the job's
 workflow (`server_app.rejoin`, unless `rejoin` is switched off). A site told to end the jobs the restarted
 server no longer runs is given the time FLARE's client takes for that before its next heartbeat
-(`server_app.heartbeat_grace`).
+(`server_app.heartbeat_grace`). A signature the server made for its own messages in FLARE's start-up window, which
+would refuse every admin session until the next restart, is not kept (`server_app.startup_signature`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from server_app.checkpoint import job_digest, record_job_digest, record_resumer,
 from server_app.heartbeat_grace import allow_for_orphan_cleanup
 from server_app.rejoin import Heartbeats, Rejoin, jobs_listing
 from server_app.site_events import CLIENT_GONE, JOB_PROCESS_FAILED, REJOIN_FAILED, RETURNED, append_event
+from server_app.startup_signature import sign_own_messages_once_identity_loaded
 
 INTERRUPTED = (RunStatus.RUNNING, RunStatus.DISPATCHED)
 REASON_KEY = "interrupted"
@@ -194,8 +196,9 @@ class JobRecovery(FLComponent):
             self._start(engine, fl_ctx)
 
     def _start(self, engine: Any, fl_ctx: FLContext) -> None:
-        """Install the site-failure handling and the heartbeat grace (server_app.heartbeat_grace), then close (and,
-        when resumable, clone) every interrupted job."""
+        """Install the start-up signature fix (server_app.startup_signature), the site-failure handling and the
+        heartbeat grace (server_app.heartbeat_grace), then close (and, when resumable, clone) every interrupted job."""
+        sign_own_messages_once_identity_loaded(engine.server, self.logger.warning)
         record_dead_site_reasons(engine)
         allow_for_orphan_cleanup(engine.server, self.logger.info)
         if self.tolerate_site_failures:
