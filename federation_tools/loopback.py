@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from nvflare.fuel.flare_api.flare_api import Session
 
 SERVER_MODULE = "nvflare.private.fed.app.server.server_train"
+SLOW_START_MODULE = "federation_tools.slow_start"
 CLIENT_MODULE = "nvflare.private.fed.app.client.client_train"
 SERVER_STARTED = b"root - INFO - Server started"
 
@@ -60,9 +61,10 @@ class LoopbackFederation:
         self.participants: dict[str, Participant] = {}
 
     def _start(self, name: str, kit: Path, module: str, config: str, extra: list[str],
-               prefix: tuple[str, ...] = ()) -> Participant:
-        return self._run(name, kit, [*prefix, self.python, "-u", "-m", module, "-m", str(kit), "-s", config, "--set",
-                                     "secure_train=true", f"org={_org_of(kit)}", "config_folder=config", *extra])
+               prefix: tuple[str, ...] = (), module_args: tuple[str, ...] = ()) -> Participant:
+        return self._run(name, kit, [*prefix, self.python, "-u", "-m", module, *module_args, "-m", str(kit), "-s",
+                                     config, "--set", "secure_train=true", f"org={_org_of(kit)}",
+                                     "config_folder=config", *extra])
 
     def _run(self, name: str, kit: Path, command: list[str]) -> Participant:
         if name in self.participants and self.participants[name].process.poll() is None:
@@ -78,18 +80,21 @@ class LoopbackFederation:
         self.participants[name] = participant
         return participant
 
-    def start_server(self, timeout: float = 60.0, wait: bool = True) -> Participant:
+    def start_server(self, timeout: float = 60.0, wait: bool = True, admin_delay_s: float = 0.0) -> Participant:
         """Start the server and (with `wait`) return once its log says "Server started" (its admin server is up).
 
         Why wait: FLARE 2.9 answers in the moment after its port opens and before its context holds its
         configuration badly (a challenge answered without the server's certificate, seen once; a server that then
         failed every admin session, "invalid auth token signature", seen once: server_app.startup_signature now
         prevents that). `wait=False` is what sites and `fl-job submit` meet through a restart: the restart test runs
-        that way."""
+        that way. `admin_delay_s` starts FLARE's admin server that much later (federation_tools.slow_start), so that
+        the sites knock inside that window every time."""
         name = self.federation.server
         log_path = self.federation.kit(name) / "process.log"
         start = log_path.stat().st_size if log_path.is_file() else 0
-        participant = self._start(name, self.federation.kit(name), SERVER_MODULE, "fed_server.json", [])
+        module = SERVER_MODULE if not admin_delay_s else SLOW_START_MODULE
+        participant = self._start(name, self.federation.kit(name), module, "fed_server.json", [],
+                                  module_args=(str(admin_delay_s),) if admin_delay_s else ())
         if not wait:
             return participant
         deadline = time.monotonic() + timeout

@@ -34,19 +34,32 @@ def identity_loaded(server: Any) -> bool:
         return fl_ctx.get_prop(FLContextKey.SERVER_CONFIG) is not None
 
 
+WINDOW_HIT = ("the server answered a message before its signing identity was loaded (FLARE's start-up window); "
+              "that answer went unsigned and the server's own signature is made once the identity is loaded, so "
+              "admin sessions are not refused")
+
+
 def sign_own_messages_once_identity_loaded(server: Any, log: Callable[[str], None]) -> None:
-    """Make `server` (FLARE's FederatedServer) keep no signature of its own made before its identity was loaded."""
+    """Make `server` (FLARE's FederatedServer) keep no signature of its own made before its identity was loaded;
+    `log` says so (once) when that happened."""
     sign = server.sign_auth_token
+    said = False
+
+    def unsigned_in_window() -> None:
+        nonlocal said
+        if not said:
+            said = True
+            log(WINDOW_HIT)
 
     def sign_or_wait(client_name: str, token: str) -> str | None:
         signature: str = sign(client_name, token)
         own = (client_name, token) == (server.my_own_auth_client_name, server.my_own_token)
         if own and signature == UNSIGNED and not identity_loaded(server):
+            unsigned_in_window()
             return None  # this message goes out unsigned ("NA"), and the next one is signed again
         return signature
 
     server.sign_auth_token = sign_or_wait
     if server.my_own_token_signature == UNSIGNED:
         server.my_own_token_signature = None
-        log("the server answered a message before its signing identity was loaded (FLARE's start-up window); "
-            "its own signature is made again, so admin sessions are not refused")
+        unsigned_in_window()

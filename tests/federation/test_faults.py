@@ -26,6 +26,7 @@ from federation_tools.loopback import LoopbackFederation
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.provision import Federation
+from server_app.startup_signature import WINDOW_HIT
 from site_agent.data.demo.linear_demo import generate_linear_sites
 from site_agent.privacy.audit import AuditLog
 from site_agent.privacy.ledger import Ledger
@@ -218,11 +219,17 @@ def test_a_dead_job_process_is_named_and_a_restarted_site_takes_part_again(fault
     assert "log.txt" in {p.name for p in (site_3 / f"{job_id}.before-restart-1").iterdir()}
 
 
+ADMIN_DELAY_S = 6.0  # the sites knock as soon as the port opens: 4 s was hit 4 times in 4 on an idle machine
+
+
 def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_federation, tmp_path):
     """The server killed mid-job and started again, SERVER_RESTARTS times (3 in the suite), each time without
     waiting for it to be up: the sites and the follower (`fl-job submit`) reconnect as fast as they do in production,
-    through FLARE's start-up window. Each restart resumes the job from its last completed round; the last copy
-    completes every round with every site and the reference weights."""
+    through FLARE's start-up window. The first restart holds that window open for ADMIN_DELAY_S
+    (federation_tools.slow_start), so the sites' heartbeats are answered inside it every time: without
+    server_app.startup_signature every admin session, the follower's included, is then refused. Each restart resumes
+    the job from its last completed round; the last copy completes every round with every site and the reference
+    weights."""
     federation, loopback = fault_federation
     restarts = int(os.environ.get("SERVER_RESTARTS", "3"))
     rounds = 4 + 3 * restarts
@@ -237,7 +244,7 @@ def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_f
             for restart in range(restarts):
                 wait_for_rounds(federation, current, 3 * restart + 3, timeout=180)
                 loopback.kill_participant(federation.server)
-                loopback.start_server(wait=False)
+                loopback.start_server(wait=False, admin_delay_s=ADMIN_DELAY_S if restart == 0 else 0.0)
                 wait_until(lambda job=current: _resumed_as(said, job) is not None, 120,
                            f"restart {restart + 1}: the follower saw the job resumed")
                 current = str(_resumed_as(said, current))
@@ -252,6 +259,7 @@ def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_f
         session.close()
 
     results = json.loads((outcome.server_app_dir() / "results.json").read_text())
+    assert WINDOW_HIT in (federation.kit(federation.server) / "process.log").read_text()
     assert any("lost the connection to the server" in line for line in said), said
     assert "reconnected to the server" in said and f"resumed as job {outcome.job_id}" in "\n".join(said), said
     assert interrupted["status"] == "FINISHED:ABNORMAL" and interrupted["resumed_as"]
