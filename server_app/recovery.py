@@ -52,7 +52,7 @@ from server_app.checkpoint import job_digest, record_job_digest, record_resumer,
 from server_app.heartbeat_grace import allow_for_orphan_cleanup
 from server_app.rejoin import Heartbeats, Rejoin, jobs_listing
 from server_app.site_events import CLIENT_GONE, JOB_PROCESS_FAILED, REJOIN_FAILED, RETURNED, append_event
-from server_app.startup_signature import sign_own_messages_once_identity_loaded
+from server_app.startup_signature import resign_own_messages_once_identity_loaded
 
 INTERRUPTED = (RunStatus.RUNNING, RunStatus.DISPATCHED)
 REASON_KEY = "interrupted"
@@ -198,7 +198,7 @@ class JobRecovery(FLComponent):
     def _start(self, engine: Any, fl_ctx: FLContext) -> None:
         """Install the start-up signature fix (server_app.startup_signature), the site-failure handling and the
         heartbeat grace (server_app.heartbeat_grace), then close (and, when resumable, clone) every interrupted job."""
-        sign_own_messages_once_identity_loaded(engine.server, self.logger.warning)
+        resign_own_messages_once_identity_loaded(engine.server, self.logger.warning)
         record_dead_site_reasons(engine)
         allow_for_orphan_cleanup(engine.server, self.logger.info)
         if self.tolerate_site_failures:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from nvflare.apis.fl_constant import FLContextKey, SecureTrainConst
+from nvflare.apis.fl_constant import CellMessageAuthHeaderKey, FLContextKey, SecureTrainConst
 from nvflare.apis.fl_context import FLContextManager
+from nvflare.fuel.f3.cellnet.registry import Callback, Registry
 from nvflare.fuel.f3.message import Message
 from nvflare.private.fed.app.deployer.server_deployer import ServerDeployer
 from nvflare.private.fed.app.server import server_train
@@ -26,7 +28,7 @@ from nvflare.private.fed.utils.identity_utils import TokenVerifier, load_crt
 
 from federation_tools.loopback import free_port
 from provisioning.provision import customise, load_template, provision
-from server_app.startup_signature import UNSIGNED, WINDOW_HIT, sign_own_messages_once_identity_loaded
+from server_app.startup_signature import UNSIGNED, WINDOW_HIT, resign_own_messages_once_identity_loaded
 
 LOG = logging.getLogger(__name__)
 
@@ -56,21 +58,40 @@ def server_startup(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return federation.kit(federation.server) / "startup"
 
 
+class _Cell:
+    """What the filter installs into: FLARE's own filter registry, applied in order as its CoreCell does."""
+
+    def __init__(self) -> None:
+        self.core_cell = self
+        self.replies, self.requests = Registry(), Registry()
+
+    def add_outgoing_reply_filter(self, channel: str, topic: str, cb: Callable[[Message], None]) -> None:
+        self.replies.append(channel, topic, Callback(cb, (), {}))
+
+    def add_outgoing_request_filter(self, channel: str, topic: str, cb: Callable[[Message], None]) -> None:
+        self.requests.append(channel, topic, Callback(cb, (), {}))
+
+
 def _flare_server() -> FederatedServer:
-    """FLARE's FederatedServer with only what its signing of its own messages uses (its __init__ starts threads)."""
+    """FLARE's FederatedServer with only what its signing of its own messages uses (its __init__ starts threads),
+    and FLARE's own auth filter on its outgoing messages, as `FederatedServer.deploy` adds it."""
     server = FederatedServer.__new__(FederatedServer)
     server.engine = _Engine()
     server.cred_keeper = CredKeeper()
     server.logger = LOG
     server.my_own_auth_client_name = server.my_own_token = "server"
     server.my_own_token_signature = None
+    server.cell = _Cell()
+    server.cell.add_outgoing_reply_filter("*", "*", server._add_auth_headers)
+    server.cell.add_outgoing_request_filter("*", "*", server._add_auth_headers)
     return server
 
 
 def _sent(server: FederatedServer) -> Message:
-    """A message the server sends (an answer to a site's heartbeat), with the auth headers FLARE adds to it."""
+    """A reply the server sends (to a site's heartbeat), through its cell's outgoing filters in order."""
     message = Message(headers={})
-    server._add_auth_headers(message)
+    for f in server.cell.replies.find("hb", "hb"):
+        f.cb(message, *f.args, **f.kwargs)
     return message
 
 
@@ -93,7 +114,7 @@ def test_flare_keeps_the_unsigned_signature_of_a_message_sent_in_its_start_up_wi
 def test_the_first_message_after_the_identity_is_loaded_is_signed_and_admins_accept_it(server_startup):
     server = _flare_server()
     said: list[str] = []
-    sign_own_messages_once_identity_loaded(server, said.append)  # at SYSTEM_START, before the window's traffic
+    resign_own_messages_once_identity_loaded(server, said.append)  # at SYSTEM_START, before the window's traffic
     assert _admin_refuses(_sent(server), server_startup)
     _sent(server)
     assert server.my_own_token_signature is None and said == [WINDOW_HIT]  # said once
@@ -103,24 +124,28 @@ def test_the_first_message_after_the_identity_is_loaded_is_signed_and_admins_acc
     assert server.my_own_token_signature not in (None, UNSIGNED)
 
 
-def test_a_signature_kept_before_the_fix_was_installed_is_made_again(server_startup):
+def test_a_signature_flare_kept_before_the_identity_arrived_is_replaced_on_the_next_message(server_startup):
+    """FLARE signed (and kept "NA") before the configuration arrived, whether before the filter was installed or
+    in the same moment as the configuration: the next message is signed again."""
     server = _flare_server()
-    _sent(server)  # the cell answered before SYSTEM_START
+    server._add_auth_headers(Message(headers={}))  # FLARE alone: the cell answered before SYSTEM_START
     assert server.my_own_token_signature == UNSIGNED
     said: list[str] = []
-    sign_own_messages_once_identity_loaded(server, said.append)
-    assert server.my_own_token_signature is None and said == [WINDOW_HIT]
+    resign_own_messages_once_identity_loaded(server, said.append)
     server.engine.load_identity(server_startup)
-    assert _admin_refuses(_sent(server), server_startup) is None
+    assert _admin_refuses(_sent(server), server_startup) is None and said == [WINDOW_HIT]
+    assert server.my_own_token_signature not in (None, UNSIGNED)
 
 
-def test_a_sites_signature_is_left_as_flare_makes_it(server_startup):
+def test_messages_of_others_pass_as_flare_made_them(server_startup):
     server = _flare_server()
-    sign_own_messages_once_identity_loaded(server, LOG.info)
-    assert server.sign_auth_token("site-1", "token") == UNSIGNED  # FLARE's answer, not ours
-    server.engine.load_identity(server_startup)
-    signature = server.sign_auth_token("site-1", "token")
-    assert TokenVerifier(load_crt(str(server_startup / "server.crt"))).verify("site-1", "token", signature)
+    resign_own_messages_once_identity_loaded(server, LOG.info)
+    relayed = Message(headers={CellMessageAuthHeaderKey.CLIENT_NAME: "site-1", CellMessageAuthHeaderKey.TOKEN: "t",
+                               CellMessageAuthHeaderKey.TOKEN_SIGNATURE: UNSIGNED})
+    for f in server.cell.requests.find("any", "any")[1:]:  # ours only: FLARE's would put the server's own headers
+        f.cb(relayed)
+    assert relayed.get_header(CellMessageAuthHeaderKey.TOKEN_SIGNATURE) == UNSIGNED
+    assert server.my_own_token_signature is None
 
 
 def test_flares_start_up_has_the_window_and_the_fix_runs_inside_it():
@@ -133,5 +158,7 @@ def test_flares_start_up_has_the_window_and_the_fix_runs_inside_it():
     deploy = inspect.getsource(ServerDeployer.deploy)
     assert deploy.index("services.deploy(") < deploy.index("fire_event(EventType.SYSTEM_START")
     assert "if not self.my_own_token_signature:" in inspect.getsource(FederatedServer._add_auth_headers)
+    deploy_cell = inspect.getsource(FederatedServer.deploy)
+    assert 'add_outgoing_reply_filter(channel="*", topic="*", cb=self._add_auth_headers)' in deploy_cell
     challenge = inspect.getsource(FederatedServer.client_challenge)
     assert challenge.index("if not secure_mode:") < challenge.index("id_asserter = self._get_id_asserter()")
