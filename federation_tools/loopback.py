@@ -92,9 +92,9 @@ class LoopbackFederation:
         name = self.federation.server
         log_path = self.federation.kit(name) / "process.log"
         start = log_path.stat().st_size if log_path.is_file() else 0
-        module = SERVER_MODULE if not admin_delay_s else SLOW_START_MODULE
+        module, module_args = (SLOW_START_MODULE, (str(admin_delay_s),)) if admin_delay_s else (SERVER_MODULE, ())
         participant = self._start(name, self.federation.kit(name), module, "fed_server.json", [],
-                                  module_args=(str(admin_delay_s),) if admin_delay_s else ())
+                                  module_args=module_args)
         if not wait:
             return participant
         deadline = time.monotonic() + timeout

@@ -18,7 +18,7 @@ from typing import Any
 
 from nvflare.private.fed.app import utils
 
-SERVER_MODULE = "nvflare.private.fed.app.server.server_train"
+from federation_tools.loopback import SERVER_MODULE
 
 
 def main() -> None:
