@@ -101,7 +101,7 @@ def secure_aggregation(num_sites: int, rng: np.random.Generator) -> dict[str, fl
     timed["unmask"] = time.perf_counter() - started
     started = time.perf_counter()
     release_class_gaussians(from_ring(total, CLASSES, R), calibration, noise_seed=0,
-                            min_count=FedKTCSDParams().min_count)
+                            min_count=FedKTCSDParams().min_count, covariance=FedKTCSDParams().covariance)
     timed["release"] = time.perf_counter() - started
     assert np.array_equal(total, np.sum([vectors[n] for n in server.survivors], axis=0, dtype=np.uint64))
     return timed

@@ -93,7 +93,8 @@ class FedKTCSDController(SiteAwareController):
             self._secagg_record = secagg.summary()
         sites = secagg.survivors
         release = release_class_gaussians(stats, calibration, self.job.noise_seed, min_count=self.job.min_count,
-                                          autoencoder=loaded.identity, class_names=self.classes)
+                                          covariance=self.job.covariance, autoencoder=loaded.identity,
+                                          class_names=self.classes)
         for warning in release.manifest["warnings"]:
             self._warn(warning)
         counts = synthetic_counts(release.gaussians.counts, self.job.samples_per_class)

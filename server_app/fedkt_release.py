@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from diffusers import AutoencoderDC
 
+from fl_contract.fedkt_csd import COVARIANCE_ESTIMATES
 from fl_contract.fedkt_csd.wire import ClassStatistics, full_matrix
 from fl_contract.models.dcae import AutoencoderIdentity, from_autoencoder_range, latent_shape
 from server_app.privacy.dp_calibration import NoiseCalibration
@@ -35,6 +36,7 @@ class ClassGaussians:
     means: np.ndarray  # (K, d)
     covariances: np.ndarray  # (K, d, d), symmetric positive definite
     counts: np.ndarray  # (K,) the (noisy) counts the estimates divide by
+    own_weight: np.ndarray  # (K,) weight of the class's own covariance estimate beside the pooled one (1: its own)
 
 
 @dataclass(frozen=True)
@@ -71,9 +73,11 @@ def project_psd(matrix: np.ndarray, floor: float = EIGENVALUE_FLOOR) -> np.ndarr
 
 
 def class_gaussians(noisy: ClassStatistics, std_mean: float, *, min_count: float, std_count: float | None = None,
-                    floor: float = EIGENVALUE_FLOOR) -> ClassGaussians:
-    """The classes whose noisy count is at least `min_count`, their `moment_estimates` projected to eigenvalues
-    >= floor.
+                    floor: float = EIGENVALUE_FLOOR, covariance: str = "per_class",
+                    std_outer: float = 0.0) -> ClassGaussians:
+    """The classes whose noisy count is at least `min_count`: their `moment_estimates`, each covariance moved toward
+    the classes' pooled one as `covariance` says ("per_class", "shrunk" or "pooled": `own_covariance_weights`, with
+    the outer products' noise std `std_outer`), then projected to eigenvalues >= floor.
 
     `std_count`: the count noise std (None: the counts are exact, public or noise-free).
     """
@@ -81,7 +85,50 @@ def class_gaussians(noisy: ClassStatistics, std_mean: float, *, min_count: float
     if classes.size == 0:
         raise ValueError(f"no class has a noisy count >= {min_count}; nothing can be released")
     counts, means, covariances = moment_estimates(noisy, classes, std_mean, std_count=std_count, min_count=min_count)
-    return ClassGaussians(classes, means, np.stack([project_psd(c, floor) for c in covariances]), counts)
+    own_weight = own_covariance_weights(covariances, counts, std_outer, covariance)
+    covariances = toward_pooled(covariances, counts, own_weight)
+    return ClassGaussians(classes, means, np.stack([project_psd(c, floor) for c in covariances]), counts, own_weight)
+
+
+def own_covariance_weights(covariances: np.ndarray, counts: np.ndarray, std_outer: float,
+                           estimate: str) -> np.ndarray:
+    """Per class, the weight w_c of its own covariance estimate C_c in the released w_c C_c + (1 - w_c) P, P the
+    classes' pooled covariance sum_k n_k C_k / N (`toward_pooled`): 1 for "per_class" (the paper's), 0 for "pooled"
+    (one covariance shared by every class, as in linear discriminant analysis), and for "shrunk" as much as the noise
+    calls for.
+
+    At a useful epsilon most class covariances are mostly noise (release_diagnostics), while the pooled one averages
+    the noise of every class. The "shrunk" weight minimises the expected squared (Frobenius) error of the released
+    covariance, as in James-Stein and Ledoit-Wolf shrinkage, from released numbers only (post-processing). The
+    noise of C_k is the outer products' noise over n_k (s = std_outer), of squared norm s^2 F / n_k^2 in expectation
+    (F = d (d + 1) / 2), independent between classes; P carries a share n_c / N of C_c's noise. Minimising
+    E||w C_c + (1 - w) P - Sigma_c||^2 over w gives w_c = 1 - s^2 F (1/n_c) (1/n_c - 1/N) / E||C_c - P||^2, and the
+    released ||C_c - P||^2 stands in for its expectation; clipped to [0, 1]. A class whose difference from the pool
+    stands well above the noise keeps its own covariance (w near 1); one whose difference the noise explains gets
+    the pooled covariance (w = 0). One class, or no noise, keeps its own.
+    """
+    if estimate not in COVARIANCE_ESTIMATES:
+        raise ValueError(f"covariance estimate {estimate!r} is not one of {', '.join(COVARIANCE_ESTIMATES)}")
+    k, dim = len(counts), covariances.shape[-1]
+    if estimate == "per_class" or k == 1:
+        return np.ones(k)
+    if estimate == "pooled":
+        return np.zeros(k)
+    weights = np.ones(k)
+    total = float(counts.sum())
+    pooled = toward_pooled(covariances, counts, np.zeros(k))[0]
+    for c in range(k if std_outer > 0 else 0):
+        noise = std_outer**2 * (1.0 / counts[c]) * (1.0 / counts[c] - 1.0 / total) * dim * (dim + 1) / 2
+        difference = float(np.sum(np.square(covariances[c] - pooled)))
+        weights[c] = min(1.0, max(0.0, 1.0 - noise / difference)) if difference > 0 else 0.0
+    return weights
+
+
+def toward_pooled(covariances: np.ndarray, counts: np.ndarray, own_weight: np.ndarray) -> np.ndarray:
+    """w_c C_c + (1 - w_c) P per class, P = sum_k n_k C_k / N the classes' pooled covariance."""
+    pooled = np.tensordot(counts / counts.sum(), covariances, axes=1)
+    shrunk: np.ndarray = own_weight[:, None, None] * covariances + (1.0 - own_weight[:, None, None]) * pooled
+    return shrunk
 
 
 def moment_estimates(noisy: ClassStatistics, classes: np.ndarray, std_mean: float, *, std_count: float | None,
@@ -104,19 +151,21 @@ def moment_estimates(noisy: ClassStatistics, classes: np.ndarray, std_mean: floa
 
 
 def release_class_gaussians(stats: ClassStatistics, calibration: NoiseCalibration, noise_seed: int | None, *,
-                            min_count: float, floor: float = EIGENVALUE_FLOOR,
+                            min_count: float, covariance: str, floor: float = EIGENVALUE_FLOOR,
                             autoencoder: AutoencoderIdentity | None = None,
                             class_names: Sequence[str] | None = None) -> Release:
-    """Noise the aggregated statistics, estimate the class Gaussians, and write the manifest with its diagnostics."""
+    """Noise the aggregated statistics, estimate the class Gaussians (`covariance`: "shrunk" or "per_class", see
+    `class_gaussians`), and write the manifest with its diagnostics."""
     noisy = add_noise(stats, calibration, noise_seed)
     gaussians = class_gaussians(noisy, calibration.std_mean, min_count=min_count, std_count=calibration.std_count,
-                                floor=floor)
+                                floor=floor, covariance=covariance, std_outer=calibration.std_outer)
     names = [str(c) for c in range(stats.num_classes)] if class_names is None else list(class_names)
     diagnostics = release_diagnostics(noisy, gaussians, calibration, names, min_count)
     manifest = {
         **calibration.manifest(),
         "counts_noised": calibration.std_count is not None,
         "bias_correction": bias_correction(calibration.std_mean, calibration.std_count, min_count),
+        "covariance_estimate": covariance,
         "eigenvalue_floor": floor,
         "min_count": min_count,
         "num_classes": stats.num_classes,
@@ -144,6 +193,17 @@ def expected_noise_trace(std_outer: float, count: float, dim: int) -> float:
     return 4.0 * std_outer / (count * math.sqrt(2.0)) * dim * math.sqrt(dim) / (3.0 * math.pi)
 
 
+def effective_counts(counts: np.ndarray, own_weight: np.ndarray) -> np.ndarray:
+    """Per class, the count whose plain estimate would carry the noise of its (shrunk) covariance:
+    w C_c + (1 - w) P has noise entries of std s sqrt((w / n_c + (1 - w) / N)^2 + (K - 1) (1 - w)^2 / N^2)
+    (`own_covariance_weights`), s / n_c for w = 1."""
+    total, k = float(counts.sum()), len(counts)
+    per_entry = np.sqrt((own_weight / counts + (1.0 - own_weight) / total) ** 2
+                        + (k - 1) * (1.0 - own_weight) ** 2 / total**2)
+    result: np.ndarray = 1.0 / per_entry
+    return result
+
+
 def bias_correction(std_mean: float, std_count: float | None, min_count: float) -> dict[str, Any]:
     """The manifest's statement of the estimator and, for noisy counts, its residual bias given release."""
     estimators = None if std_count is None else {
@@ -166,9 +226,13 @@ def release_diagnostics(noisy: ClassStatistics, gaussians: ClassGaussians, calib
     epsilon. trace_noise_fraction: `expected_noise_trace` (what noise alone would add to the released, projected
     covariance's trace) over that trace; trace_inflation = 1 / (1 - fraction) estimates released / noise-free trace
     (None when noise alone explains it), on the high side when noise dominates (25x measured where it says 36x).
+    For shrunk covariances the noise is that of the shrunk estimate (`effective_counts`), and own_covariance_weight
+    says how much of the class's own covariance estimate the release kept (`own_covariance_weights`); the two ratios
+    describe the class's own statistics either way.
     """
     dim = noisy.dim
     released = {int(c): k for k, c in enumerate(gaussians.classes)}
+    noise_counts = effective_counts(gaussians.counts, gaussians.own_weight)
     _, means, covariances = moment_estimates(noisy, gaussians.classes, calibration.std_mean,
                                              std_count=calibration.std_count, min_count=min_count)
     out: dict[str, dict[str, Any]] = {}
@@ -184,12 +248,13 @@ def release_diagnostics(noisy: ClassStatistics, gaussians: ClassGaussians, calib
         covariance_ratio = _noise_to_signal(calibration.std_outer * math.sqrt(dim * (dim + 1) / 2) / count,
                                             covariances[k])
         trace = float(np.trace(gaussians.covariances[k]))
-        noise_trace = expected_noise_trace(calibration.std_outer, count, dim)
+        noise_trace = expected_noise_trace(calibration.std_outer, noise_counts[k], dim)
         share = noise_trace / trace
         needed = {key: None if ratio is None else math.ceil(count * ratio / threshold)
                   for key, ratio, threshold in (("mean", mean_ratio, USEFUL_MEAN_NOISE_TO_SIGNAL),
                                                 ("covariance", covariance_ratio, USEFUL_COVARIANCE_NOISE_TO_SIGNAL))}
-        entry.update({"mean_noise_to_signal": mean_ratio, "covariance_noise_to_signal": covariance_ratio,
+        entry.update({"own_covariance_weight": float(gaussians.own_weight[k]), "mean_noise_to_signal": mean_ratio,
+                      "covariance_noise_to_signal": covariance_ratio,
                       "released_trace": trace, "expected_noise_trace": noise_trace, "trace_noise_fraction": share,
                       "trace_inflation": 1.0 / (1.0 - share) if share < 1.0 else None,
                       "records_for_useful_mean": needed["mean"],

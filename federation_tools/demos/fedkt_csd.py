@@ -52,13 +52,15 @@ def summary(outcome: JobOutcome) -> str:
              f"DP release: epsilon {manifest['epsilon']}, delta {manifest['delta']}, R {manifest['clip_norm']:.2f}, "
              f"{manifest['adjacency']}, noise multiplier {manifest['noise_multiplier']:.4f} (sums, outer products), "
              f"{counts}",
+             f"class covariances: {manifest['covariance_estimate']}",
              "per class: records (noisy), noise/signal of the mean and the covariance, "
-             "share of the trace that is noise:"]
+             "share of the trace that is noise, weight of the class's own covariance beside the pooled one:"]
     for name, d in manifest["diagnostics"].items():
         if d["released"]:
             lines.append(f"  {name}: {d['records']:.0f} records, mean {_number(d['mean_noise_to_signal'], '.2f')}, "
                          f"covariance {_number(d['covariance_noise_to_signal'], '.2f')}, trace "
-                         f"{100 * min(d['trace_noise_fraction'], 1.0):.0f}% noise")
+                         f"{100 * min(d['trace_noise_fraction'], 1.0):.0f}% noise, "
+                         f"own weight {d['own_covariance_weight']:.2f}")
         else:
             lines.append(f"  {name}: {d['records']:.0f} records, withheld")
     lines += [f"synthetic images per class: {manifest['samples_per_class']} -> {out / 'synthetic'}",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fl_contract.classes import PLAYERFL_CLASSES, TRAINING_CLASSES
-from fl_contract.fedkt_csd import ADJACENCIES, COUNT_NOISE_MULTIPLIER, METHODS
+from fl_contract.fedkt_csd import ADJACENCIES, COUNT_NOISE_MULTIPLIER, COVARIANCE_ESTIMATES, METHODS
 from fl_contract.params import FederationParams, param
 from fl_contract.ring import MIN_MASKED_SITES
 
@@ -27,6 +27,10 @@ class FedKTCSDParams(FederationParams):
     count_noise_multiplier: float = param(COUNT_NOISE_MULTIPLIER, "noise multiplier of the counts under add_remove "
                                           "(noise std in records); the sums share the rest of the budget (analytic "
                                           "and pld; split gives every query one multiplier)", low=0.1)
+    covariance: str = param("shrunk", "class covariances of the release: shrunk (toward the released classes' pooled "
+                                      "covariance, by a weight the noise sets), per_class (the paper's) or pooled "
+                                      "(one for all classes); post-processing, no privacy cost",
+                            choices=COVARIANCE_ESTIMATES)
     samples_per_class: int = param(0, "synthetic images per released class; 0 = the class's pooled noisy count over "
                                       "all sites", low=0)
     min_clients: int = param(MIN_MASKED_SITES, "sites that must take part (secure aggregation needs at least 3)",

@@ -129,7 +129,8 @@ def _release_of(workspace: Path, sites: list[str]) -> dict[str, np.ndarray]:
     calibration = calibrate_noise(PARAMS.epsilon, PARAMS.delta, loaded.clip_norm, PARAMS.adjacency, PARAMS.method,
                                   PARAMS.count_noise_multiplier)
     release = release_class_gaussians(from_ring(total, len(CLASSES), loaded.clip_norm), calibration, PARAMS.noise_seed,
-                                      min_count=PARAMS.min_count, autoencoder=loaded.identity, class_names=CLASSES)
+                                      min_count=PARAMS.min_count, covariance=PARAMS.covariance,
+                                      autoencoder=loaded.identity, class_names=CLASSES)
     noisy = release.noisy
     return {"sums": noisy.sums, "outer_upper": noisy.outer_upper, "counts": noisy.counts}
 

@@ -31,12 +31,13 @@ SAMPLES_PER_CLASS = 6
 MANIFEST_KEYS = {"epsilon", "delta", "clip_norm", "adjacency", "method", "num_queries", "noise_multiplier",
                  "count_multiplier", "equivalent_multiplier", "sensitivity_mean", "sensitivity_outer",
                  "sensitivity_count", "std_mean", "std_outer", "std_count", "accounted_epsilon", "counts_noised",
-                 "bias_correction", "eigenvalue_floor", "min_count", "released_classes", "withheld_classes",
-                 "counts_used", "noise_seed", "autoencoder", "classes", "sites", "session", "secure_aggregation",
-                 "samples_per_class",
+                 "bias_correction", "covariance_estimate", "eigenvalue_floor", "min_count", "released_classes",
+                 "withheld_classes", "counts_used", "noise_seed", "autoencoder", "classes", "sites", "session",
+                 "secure_aggregation", "samples_per_class",
                  "image_size", "sampling_seed", "site_agent_version", "useful_release", "diagnostics", "warnings"}
-DIAGNOSTICS_KEYS = {"records", "released", "warning", "mean_noise_to_signal", "covariance_noise_to_signal",
-                    "released_trace", "expected_noise_trace", "trace_noise_fraction", "trace_inflation",
+DIAGNOSTICS_KEYS = {"records", "released", "warning", "own_covariance_weight", "mean_noise_to_signal",
+                    "covariance_noise_to_signal", "released_trace", "expected_noise_trace", "trace_noise_fraction",
+                    "trace_inflation",
                     "records_for_useful_mean", "records_for_useful_covariance"}
 
 

@@ -93,9 +93,9 @@ def test_release_is_deterministic_by_seed_and_withholds_small_classes():
     stats = ClassStatistics(stats.sums, stats.outer_upper, np.array([stats.counts[0], stats.counts[1], 0.0]))
     calibration = calibrate_noise(10.0, 1e-5, clip_norm=10.0, adjacency="add_remove")
 
-    first = release_class_gaussians(stats, calibration, noise_seed=7, min_count=10.0)
-    second = release_class_gaussians(stats, calibration, noise_seed=7, min_count=10.0)
-    other = release_class_gaussians(stats, calibration, noise_seed=8, min_count=10.0)
+    first = release_class_gaussians(stats, calibration, noise_seed=7, min_count=10.0, covariance="shrunk")
+    second = release_class_gaussians(stats, calibration, noise_seed=7, min_count=10.0, covariance="shrunk")
+    other = release_class_gaussians(stats, calibration, noise_seed=8, min_count=10.0, covariance="shrunk")
 
     np.testing.assert_array_equal(first.noisy.to_flat(), second.noisy.to_flat())
     assert not np.array_equal(first.noisy.to_flat(), other.noisy.to_flat())
@@ -108,7 +108,7 @@ def test_release_is_deterministic_by_seed_and_withholds_small_classes():
 def test_manifest_records_the_numbers_but_not_the_noise_seed():
     calibration = calibrate_noise(10.0, 1e-5, clip_norm=10.0, adjacency="replace_one")
 
-    release = release_class_gaussians(_stats(), calibration, noise_seed=12345, min_count=2.0)
+    release = release_class_gaussians(_stats(), calibration, noise_seed=12345, min_count=2.0, covariance="per_class")
 
     manifest = release.manifest
     assert manifest["epsilon"] == 10.0 and manifest["adjacency"] == "replace_one"
@@ -167,7 +167,8 @@ def test_three_and_thirty_sites_give_the_same_release_and_synthetic_set():
 
     for num_sites in (3, 30):
         total = _split_over_sites(latents, labels, num_sites, seed=num_sites)
-        release = release_class_gaussians(from_ring(total, 3, 30.0), calibration, noise_seed=11, min_count=10.0)
+        release = release_class_gaussians(from_ring(total, 3, 30.0), calibration, noise_seed=11, min_count=10.0,
+                                          covariance="per_class")
         counts = synthetic_counts(release.gaussians.counts, samples_per_class=0)
         outcomes.append((total, release, counts, sample_latents(release.gaussians, counts, seed=0)))
 
@@ -207,7 +208,8 @@ def test_diagnostics_flag_a_small_class_and_estimate_how_much_of_it_is_noise():
     stats, covariance = _class_of(100)
     calibration = calibrate_noise(10.0, 1e-5, clip_norm=34.0)
 
-    release = release_class_gaussians(stats, calibration, noise_seed=1, min_count=10.0, class_names=["MEL"])
+    release = release_class_gaussians(stats, calibration, noise_seed=1, min_count=10.0, class_names=["MEL"],
+                                      covariance="per_class")
 
     diagnostics = release.manifest["diagnostics"]["MEL"]
     true_inflation = diagnostics["released_trace"] / np.trace(covariance)
@@ -225,7 +227,7 @@ def test_diagnostics_of_a_large_class_warn_of_nothing():
     stats, covariance = _class_of(20000)
 
     release = release_class_gaussians(stats, calibrate_noise(10.0, 1e-5, clip_norm=34.0), noise_seed=1,
-                                      min_count=10.0, class_names=["NV"])
+                                      min_count=10.0, class_names=["NV"], covariance="per_class")
 
     diagnostics = release.manifest["diagnostics"]["NV"]
     assert diagnostics["warning"] is None and release.manifest["warnings"] == []
@@ -240,7 +242,8 @@ def test_withheld_classes_are_named_in_the_diagnostics():
     stats = ClassStatistics(stats.sums, stats.outer_upper, np.array([stats.counts[0], stats.counts[1], 0.0]))
 
     release = release_class_gaussians(stats, calibrate_noise(10.0, 1e-5, clip_norm=10.0), noise_seed=3,
-                                      min_count=10.0, class_names=["A", "B", "C"])
+                                      min_count=10.0, class_names=["A", "B", "C"],
+                                      covariance="per_class")
 
     assert release.manifest["diagnostics"]["C"]["released"] is False
     assert "class C withheld" in release.manifest["diagnostics"]["C"]["warning"]
@@ -290,7 +293,7 @@ def test_released_covariance_and_mean_are_unbiased_with_noisy_counts(adjacency, 
 def test_manifest_states_the_count_correction_and_its_residual_bias():
     calibration = calibrate_noise(10.0, 1e-5, clip_norm=10.0, adjacency="add_remove")
 
-    release = release_class_gaussians(_stats(n=300), calibration, noise_seed=1, min_count=10.0)
+    release = release_class_gaussians(_stats(n=300), calibration, noise_seed=1, min_count=10.0, covariance="per_class")
 
     correction = json.loads(json.dumps(release.manifest["bias_correction"]))["h"]
     assert set(correction) == {"1/n", "1/n^2"}
