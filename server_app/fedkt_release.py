@@ -116,7 +116,7 @@ def own_covariance_weights(covariances: np.ndarray, counts: np.ndarray, std_oute
         return np.zeros(k)
     weights = np.ones(k)
     total = float(counts.sum())
-    pooled = toward_pooled(covariances, counts, np.zeros(k))[0]
+    pooled = pooled_covariance(covariances, counts)
     for c in range(k if std_outer > 0 else 0):
         noise = std_outer**2 * (1.0 / counts[c]) * (1.0 / counts[c] - 1.0 / total) * dim * (dim + 1) / 2
         difference = float(np.sum(np.square(covariances[c] - pooled)))
@@ -124,9 +124,15 @@ def own_covariance_weights(covariances: np.ndarray, counts: np.ndarray, std_oute
     return weights
 
 
+def pooled_covariance(covariances: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """P = sum_k n_k C_k / N, the classes' pooled covariance."""
+    pooled: np.ndarray = np.tensordot(counts / counts.sum(), covariances, axes=1)
+    return pooled
+
+
 def toward_pooled(covariances: np.ndarray, counts: np.ndarray, own_weight: np.ndarray) -> np.ndarray:
-    """w_c C_c + (1 - w_c) P per class, P = sum_k n_k C_k / N the classes' pooled covariance."""
-    pooled = np.tensordot(counts / counts.sum(), covariances, axes=1)
+    """w_c C_c + (1 - w_c) P per class, P the classes' `pooled_covariance`."""
+    pooled = pooled_covariance(covariances, counts)
     shrunk: np.ndarray = own_weight[:, None, None] * covariances + (1.0 - own_weight[:, None, None]) * pooled
     return shrunk
 
@@ -154,8 +160,8 @@ def release_class_gaussians(stats: ClassStatistics, calibration: NoiseCalibratio
                             min_count: float, covariance: str, floor: float = EIGENVALUE_FLOOR,
                             autoencoder: AutoencoderIdentity | None = None,
                             class_names: Sequence[str] | None = None) -> Release:
-    """Noise the aggregated statistics, estimate the class Gaussians (`covariance`: "shrunk" or "per_class", see
-    `class_gaussians`), and write the manifest with its diagnostics."""
+    """Noise the aggregated statistics, estimate the class Gaussians (`covariance`: "shrunk", "per_class" or
+    "pooled", see `class_gaussians`), and write the manifest with its diagnostics."""
     noisy = add_noise(stats, calibration, noise_seed)
     gaussians = class_gaussians(noisy, calibration.std_mean, min_count=min_count, std_count=calibration.std_count,
                                 floor=floor, covariance=covariance, std_outer=calibration.std_outer)
