@@ -6,10 +6,10 @@ Each seed draws the demo's three ISIC-format sites afresh (`federation_tools.dem
 seed: the demo's images per site and label skew; seed 0 is the demo's own data) and runs what `fl-demo`'s fedkt-csd
 step runs, in one process: the sites' statistics path, their sum as secure aggregation delivers it, the server's DP
 release at the demo job's parameters (epsilon 10), the synthetic set through uint8, the evaluation round's
-classifier with the job's budget, scored on each site's held-out images. It does so for each covariance estimate
-(the job's default, shrunk toward the pooled covariance; one pooled covariance for all classes; the paper's
-per-class ones), each over NOISE_DRAWS DP noise draws, since one draw alone moves the score by more than the
-difference between them. Beside it the references of
+classifier ensemble with the job's budget, scored on each site's held-out images. It does so at the job's defaults
+and with one parameter changed (`VARIANTS`: class covariances shrunk toward the pooled one, one pooled covariance
+for all classes, a single classifier instead of the ensemble), each over NOISE_DRAWS DP noise draws, since one
+draw alone moves the score by more than the difference between them. Beside it the references of
 `federation_tools.fedkt_references` (FedAvg of the same classifier, and one trained on the pooled real images) on the
 same held-out images, and the pooled classifier trained on the autoencoder's reconstructions of the same training
 images (what the autoencoder alone costs on the demo's data). Also the autoencoder's quality gate, recomputed here
@@ -38,8 +38,8 @@ from federation_tools.fedkt_references import (
     site_scores,
     weighted_balanced_accuracy,
 )
-from fl_contract.fedkt_csd.classifier import train_classifier
-from fl_contract.fedkt_csd.wire import from_ring
+from fl_contract.fedkt_csd.classifier import train_ensemble
+from fl_contract.fedkt_csd.wire import ClassStatistics, from_ring
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
 from jobs.fedkt_csd.spec import FedKTCSDParams
 from server_app.fedkt_outputs import to_uint8
@@ -48,18 +48,23 @@ from server_app.privacy.dp_calibration import calibrate_noise
 from site_agent.fedkt_csd.demo_autoencoder import measure_quality, passes_quality_gate, reconstruct
 from site_agent.fedkt_csd.site_data import LabelledImages, statistics_vector
 
-COVARIANCES = {"FedKT-CSD (shrunk, the default)": "shrunk", "FedKT-CSD, pooled covariance": "pooled",
-               "FedKT-CSD, paper covariances": "per_class"}
-METHODS = (*COVARIANCES, "FedAvg", "pooled real", "pooled reconstructions")
+VARIANTS: dict[str, dict[str, Any]] = {  # FedKT-CSD runs: the job's parameters they change
+    "FedKT-CSD (the job's defaults)": {}, "FedKT-CSD, shrunk covariances": {"covariance": "shrunk"},
+    "FedKT-CSD, pooled covariance": {"covariance": "pooled"}, "FedKT-CSD, one classifier": {"classifier_members": 1}}
+METHODS = (*VARIANTS, "FedAvg", "pooled real", "pooled reconstructions")
 NOISE_DRAWS = 2  # DP noise draws per seed: one draw moved the score by up to 0.16 at the same data
 
 
-def synthetic_set_classifier(ae: LoadedAutoencoder, folders: dict[str, Path], job: FedKTCSDParams,
-                             noise_seed: int) -> torch.nn.Module:
-    """The job's release (with `job.covariance`) and evaluation-round classifier, in one process."""
+def summed_statistics(ae: LoadedAutoencoder, folders: dict[str, Path], job: FedKTCSDParams) -> ClassStatistics:
+    """The sites' statistics vectors summed, as secure aggregation delivers them to the server."""
     total = sum(statistics_vector(ae, folder, job.classes, job.image_size, job.holdout_fraction, job.seed)
                 for folder in folders.values())
-    stats = from_ring(np.asarray(total, dtype=np.uint64), len(job.classes), ae.clip_norm)
+    return from_ring(np.asarray(total, dtype=np.uint64), len(job.classes), ae.clip_norm)
+
+
+def synthetic_set_classifier(ae: LoadedAutoencoder, stats: ClassStatistics, job: FedKTCSDParams,
+                             noise_seed: int) -> torch.nn.Module:
+    """The job's release and evaluation-round classifier ensemble, in one process."""
     calibration = calibrate_noise(job.epsilon, job.delta, ae.clip_norm, job.adjacency,  # type: ignore[arg-type]
                                   job.method, job.count_noise_multiplier)  # type: ignore[arg-type]
     release = release_class_gaussians(stats, calibration, noise_seed, min_count=job.min_count,
@@ -67,8 +72,8 @@ def synthetic_set_classifier(ae: LoadedAutoencoder, folders: dict[str, Path], jo
     counts = synthetic_counts(release.gaussians.counts, job.samples_per_class)
     latents, labels = sample_latents(release.gaussians, counts, job.seed)
     images = torch.from_numpy(to_uint8(decode_latents(ae.model, latents, job.image_size))).float() / 255.0
-    return train_classifier(images, torch.from_numpy(labels), len(job.classes), job.classifier_epochs, job.seed,
-                            min_steps=job.classifier_min_steps, noise_std=job.classifier_noise)
+    return train_ensemble(images, torch.from_numpy(labels), len(job.classes), job.classifier_epochs, job.seed,
+                          job.classifier_members, min_steps=job.classifier_min_steps, noise_std=job.classifier_noise)
 
 
 Scores = dict[str, dict[str, float]]  # per site: the evaluation round's metrics on its held-out images
@@ -76,14 +81,15 @@ Scores = dict[str, dict[str, float]]  # per site: the evaluation round's metrics
 
 def one_seed(ae: LoadedAutoencoder, root: Path, seed: int) -> dict[str, list[Scores]]:
     """Per method, one `Scores` per run: NOISE_DRAWS DP noise draws (seeds seed + 100 k) for each FedKT-CSD
-    covariance estimate, one run for each reference."""
+    variant, one run for each reference."""
     folders = {f"site-{i}": Path(demo_site(i, f"site-{i}", root, seed)) for i in range(1, DEMO_SITES + 1)}
     sites = read_sites(folders, DEMO_PARAMS)
+    stats = summed_statistics(ae, folders, DEMO_PARAMS)
     runs: dict[str, list[Scores]] = {
-        method: [site_scores(synthetic_set_classifier(ae, folders, replace(DEMO_PARAMS, covariance=covariance),
+        method: [site_scores(synthetic_set_classifier(ae, stats, replace(DEMO_PARAMS, **changes),
                                                       noise_seed=seed + 100 * draw), sites, DEMO_PARAMS)
                  for draw in range(NOISE_DRAWS)]
-        for method, covariance in COVARIANCES.items()}
+        for method, changes in VARIANTS.items()}
     decoded = [replace(s, train=LabelledImages(reconstruct(ae.model, s.train.images), s.train.labels)) for s in sites]
     references = {**reference_scores(folders, DEMO_PARAMS),
                   "pooled reconstructions": site_scores(pooled_classifier(decoded, DEMO_PARAMS), sites, DEMO_PARAMS)}

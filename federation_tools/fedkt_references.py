@@ -1,14 +1,14 @@
 """What FedKT-CSD's synthetic-set classifier is read against, on the same sites and the same held-out images.
 
-Two references, both the evaluation round's classifier (`fl_contract.fedkt_csd.classifier`) with the job's split
-(`load_split`: the same held-out images the sites score the synthetic-set classifier on):
+Two references, both the evaluation round's classifier ensemble (`fl_contract.fedkt_csd.classifier`) with the job's
+split (`load_split`: the same held-out images the sites score the synthetic-set classifier on):
 
 - **pooled real**: trained on every site's real statistics-part images at once, with the job's classifier recipe
-  (`classifier_epochs`, `classifier_min_steps`, `classifier_noise`): the ceiling, what centralising the data would
-  give;
+  (`classifier_epochs`, `classifier_min_steps`, `classifier_noise`, `classifier_members`): the ceiling, what
+  centralising the data would give;
 - **FedAvg**: the same classifier federated, one local epoch per round and the server's sample-weighted mean
   (`server_app.aggregation.weighted_mean`), for as many rounds as the pooled classifier has passes, so that each
-  image is seen as often.
+  image is seen as often; one FedAvg run per ensemble member, with the member's seed.
 
 They need every site's images in one process, which only a demo or a benchmark on one machine has: a federation never
 computes them, and `fl-demo` and `bench/fedkt_demo.py` say so where they print them.
@@ -26,9 +26,12 @@ from torch import nn
 
 from fl_contract.fedkt_csd.classifier import (
     BATCH_SIZE,
+    Ensemble,
     build_classifier,
     evaluate_classifier,
+    member_seeds,
     train_classifier,
+    train_ensemble,
     training_budget,
 )
 from fl_contract.job_params.fedkt_csd import FedKTCSDParams
@@ -67,14 +70,20 @@ def pooled_classifier(sites: list[SiteImages], job: FedKTCSDParams) -> nn.Module
     """The job's classifier, with the job's budget, trained on all sites' real training images together."""
     images = torch.cat([s.train.images for s in sites])
     labels = torch.cat([s.train.labels for s in sites])
-    return train_classifier(images, labels, len(job.classes), job.classifier_epochs, job.seed,
-                            min_steps=job.classifier_min_steps, noise_std=job.classifier_noise)
+    return train_ensemble(images, labels, len(job.classes), job.classifier_epochs, job.seed, job.classifier_members,
+                          min_steps=job.classifier_min_steps, noise_std=job.classifier_noise)
 
 
 def fedavg_classifier(sites: list[SiteImages], job: FedKTCSDParams, rounds: int) -> nn.Module:
+    """The job's ensemble, each member trained by its own FedAvg run (`fedavg_member`) with the member's seed."""
+    seeds = member_seeds(job.seed, job.classifier_members)
+    return Ensemble([fedavg_member(sites, job, rounds, seed) for seed in seeds])
+
+
+def fedavg_member(sites: list[SiteImages], job: FedKTCSDParams, rounds: int, seed: int) -> nn.Module:
     """`rounds` rounds of FedAvg: every site trains the global classifier one local epoch on its real training
     images, the server takes the sample-weighted mean."""
-    torch.manual_seed(job.seed)
+    torch.manual_seed(seed)
     global_model = build_classifier(job.image_size, len(job.classes))
     for round_index in range(rounds):
         updates = []
@@ -82,7 +91,7 @@ def fedavg_classifier(sites: list[SiteImages], job: FedKTCSDParams, rounds: int)
             local = build_classifier(job.image_size, len(job.classes))
             local.load_state_dict(global_model.state_dict())
             trained = train_classifier(site.train.images, site.train.labels, len(job.classes), 1,
-                                       job.seed + round_index, model=local, noise_std=job.classifier_noise)
+                                       seed + round_index, model=local, noise_std=job.classifier_noise)
             updates.append(SiteUpdate(site.site, state_dict_to_numpy(trained), len(site.train.labels)))
         load_numpy_params(global_model, weighted_mean(updates))
     return global_model.eval()

@@ -21,7 +21,7 @@ from nvflare.app_common.abstract.fl_model import FLModel
 from fl_contract import secure_aggregation_messages as messages
 from fl_contract.device import select_device
 from fl_contract.fedkt_csd import Adjacency, Method, protocol
-from fl_contract.fedkt_csd.classifier import BATCH_SIZE, predict, train_classifier, training_budget
+from fl_contract.fedkt_csd.classifier import BATCH_SIZE, predict, train_ensemble, training_budget
 from fl_contract.fedkt_csd.wire import from_ring
 from fl_contract.job_params import FedKTCSDParams, job_params
 from fl_contract.models import state_dict_to_numpy
@@ -151,15 +151,16 @@ class FedKTCSDController(SiteAwareController):
         self._warnings.append(message)
 
     def _evaluation_round(self, app_dir: Path, sites: list[str]) -> dict[str, Any]:
-        """Train the classifier on the synthetic set here; each site scores it on its own held-out images.
+        """Train the classifier ensemble on the synthetic set here; each site scores it on its own held-out images.
 
-        Returns `classifier` (its training budget) and `evaluation` per site (accuracy, balanced accuracy, number of
-        images, distinct predicted classes, `recall` per class); a classifier that predicts one class on the
-        synthetic set or at a site is warned about.
+        Returns `classifier` (each member's training budget, and the number of members) and `evaluation` per site
+        (accuracy, balanced accuracy, number of images, distinct predicted classes, `recall` per class); a classifier
+        that predicts one class on the synthetic set or at a site is warned about.
         """
         images, labels, _ = outputs.read_synthetic_set(app_dir / outputs.SYNTHETIC_DIR)
-        model = train_classifier(images, labels, len(self.classes), self.job.classifier_epochs, self.job.seed,
-                                 min_steps=self.job.classifier_min_steps, noise_std=self.job.classifier_noise)
+        model = train_ensemble(images, labels, len(self.classes), self.job.classifier_epochs, self.job.seed,
+                               self.job.classifier_members, min_steps=self.job.classifier_min_steps,
+                               noise_std=self.job.classifier_noise)
         budget = training_budget(len(labels), self.job.classifier_epochs, self.job.classifier_min_steps, BATCH_SIZE)
         on_synthetic = int(len(np.unique(predict(model, images))))
         if on_synthetic == 1 and len(np.unique(labels.numpy())) > 1:
@@ -175,6 +176,7 @@ class FedKTCSDController(SiteAwareController):
             self._warn(f"the classifier predicts a single class on the held-out images of {', '.join(constant)}")
         self.info(f"evaluation of the synthetic-data classifier: {scores}")
         return {"classifier": {"images": budget.images, "epochs": budget.epochs, "steps": budget.steps,
+                               "members": self.job.classifier_members,
                                "predicted_classes_on_synthetic": on_synthetic},
                 "evaluation": scores}
 

@@ -67,8 +67,9 @@ def summary(outcome: JobOutcome) -> str:
               f"sample grids: {out / 'grids'}"]
     if "classifier" in results:
         budget = results["classifier"]
-        lines.append(f"classifier trained on the synthetic set ({budget['images']} images, {budget['epochs']} passes, "
-                     f"{budget['steps']} steps), scored on each site's held-out images:")
+        lines.append(f"classifier trained on the synthetic set ({budget['members']} members of {budget['images']} "
+                     f"images, {budget['epochs']} passes, {budget['steps']} steps each; their mean probabilities "
+                     "classify), scored on each site's held-out images:")
     for site, metrics in results.get("evaluation", {}).items():
         recall = ", ".join(f"{name} {value:.2f}" for name, value in metrics["recall"].items())
         lines.append(f"  {site}: accuracy {metrics['accuracy']:.3f}, "

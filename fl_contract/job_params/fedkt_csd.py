@@ -27,9 +27,9 @@ class FedKTCSDParams(FederationParams):
     count_noise_multiplier: float = param(COUNT_NOISE_MULTIPLIER, "noise multiplier of the counts under add_remove "
                                           "(noise std in records); the sums share the rest of the budget (analytic "
                                           "and pld; split gives every query one multiplier)", low=0.1)
-    covariance: str = param("shrunk", "class covariances of the release: shrunk (toward the released classes' pooled "
-                                      "covariance, by a weight the noise sets), per_class (the paper's) or pooled "
-                                      "(one for all classes); post-processing, no privacy cost",
+    covariance: str = param("per_class", "class covariances of the release: per_class (the paper's), shrunk (toward "
+                                         "the released classes' pooled covariance, by a weight the noise sets) or "
+                                         "pooled (one for all classes); post-processing, no privacy cost",
                             choices=COVARIANCE_ESTIMATES)
     samples_per_class: int = param(0, "synthetic images per released class; 0 = the class's pooled noisy count over "
                                       "all sites", low=0)
@@ -49,6 +49,10 @@ class FedKTCSDParams(FederationParams):
     classifier_noise: float = param(0.03, "std of the Gaussian noise added to each training batch of that classifier "
                                           "(pixels in [0, 1]): decoded images lack the sensor noise of real ones "
                                           "(docs/fedkt-csd.md#the-downstream-classifier)", low=0.0, high=0.5)
+    classifier_members: int = param(3, "classifiers trained on the synthetic set, with seeds seed, seed + 1, ...; "
+                                       "their mean class probabilities classify (one classifier's score moved by up "
+                                       "to 0.44 with its seed alone; docs/fedkt-csd.md#the-downstream-classifier)",
+                                    low=1, high=16)
     noise_seed: int | None = param(None, "fixed DP noise seed, for tests and audits on non-sensitive data only: "
                                          "anyone who knows it can remove the noise (default: secret)")
     seed: int = param(0, "split, sampling and classifier seed")

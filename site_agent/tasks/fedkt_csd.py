@@ -18,7 +18,7 @@ from nvflare.app_common.abstract.fl_model import FLModel
 
 from fl_contract import secure_aggregation_messages as messages
 from fl_contract.fedkt_csd import protocol
-from fl_contract.fedkt_csd.classifier import build_classifier, evaluate_classifier
+from fl_contract.fedkt_csd.classifier import build_ensemble, evaluate_classifier
 from fl_contract.job_params import FedKTCSDParams, job_params
 from fl_contract.job_privacy import DP_STATISTICS
 from fl_contract.models import load_numpy_params
@@ -82,7 +82,7 @@ class FedKTCSDTask(TaskExecutor):
     def task_evaluate(self, model: FLModel, ctx: SiteContext) -> FLModel:
         split = load_split(ctx.data_dir(self.job.dataset), self.classes, self.job.holdout_fraction, self.seed)
         held_out = read_images(split.holdout, self.job.image_size)
-        classifier = build_classifier(self.job.image_size, len(self.classes))
+        classifier = build_ensemble(self.job.image_size, len(self.classes), self.job.classifier_members)
         load_numpy_params(classifier, model.params)
         return FLModel(metrics=evaluate_classifier(classifier, held_out.images, held_out.labels, self.classes))
 

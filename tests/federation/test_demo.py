@@ -38,8 +38,9 @@ def test_demo_summarises_the_data_runs_fedavg_and_fedkt_csd_against_its_referenc
     assert "5  [+1.995, -2.990]" in completed.stdout
     # FedKT-CSD: the shipped autoencoder's gate, then every site's score beside FedAvg's and the pooled one
     assert "passes the quality gate" in completed.stdout and "TOO WEAK" not in completed.stdout
-    assert "class covariances: shrunk" in completed.stdout
-    assert len(re.findall(r"records, mean .* own weight [01]\.\d\d", completed.stdout)) >= 3
+    assert "class covariances: per_class" in completed.stdout
+    assert len(re.findall(r"records, mean .* own weight 1\.00", completed.stdout)) >= 3  # the paper's: its own
+    assert "3 members of" in completed.stdout
     weighted = re.search(r"site-weighted\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", completed.stdout)
     assert weighted is not None, completed.stdout[-3000:]
     fedkt, fedavg, pooled = (float(v) for v in weighted.groups())

@@ -110,7 +110,7 @@ def test_simulator_releases_synthetic_set_with_requested_counts_and_complete_man
     assert results["release_diagnostics"] == manifest["diagnostics"]
     assert set(manifest["warnings"]) <= set(results["warnings"])  # classes of ~20 records: noise dominates
     budget = results["classifier"]  # 1 pass asked for; fewer than 32 images take 1 step a pass, so 3 passes
-    assert (budget["images"], budget["epochs"], budget["steps"]) == (len(rows), 3, 3)
+    assert (budget["images"], budget["epochs"], budget["steps"], budget["members"]) == (len(rows), 3, 3, 3)
     assert set(results["evaluation"]) == set(SITES)
     for metrics in results["evaluation"].values():
         assert 0.0 <= metrics["balanced_accuracy"] <= 1.0 and metrics["num_test"] == 6

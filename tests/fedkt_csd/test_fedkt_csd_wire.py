@@ -18,7 +18,7 @@ from support import FedKTRelay, over_the_wire
 from fl_contract import secure_aggregation_messages as messages
 from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.fedkt_csd import protocol
-from fl_contract.fedkt_csd.classifier import build_classifier
+from fl_contract.fedkt_csd.classifier import build_ensemble
 from fl_contract.fedkt_csd.wire import RING_DTYPE, class_length
 from fl_contract.models import state_dict_to_numpy
 from fl_contract.models.dcae import build_tiny_dcae, load_autoencoder, save_autoencoder
@@ -123,7 +123,8 @@ def test_site_refuses_a_server_with_another_autoencoder(federation, tmp_path):
 
 def test_evaluation_sends_only_the_documented_metrics(federation):
     _, contexts = federation
-    classifier = FLModel(params=state_dict_to_numpy(build_classifier(64, len(CLASSES))))
+    ensemble = build_ensemble(64, len(CLASSES), FedKTCSDParams().classifier_members)
+    classifier = FLModel(params=state_dict_to_numpy(ensemble))
 
     sent = over_the_wire(_task().task_evaluate(classifier, contexts["site-1"]))
 

@@ -34,24 +34,31 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             for i, n in ((1, 30), (2, 50))}
 
 
-def test_one_fedavg_round_is_the_sample_weighted_mean_of_the_sites_local_models(folders):
-    sites = read_sites(folders, JOB)
-    torch.manual_seed(JOB.seed)
+def _one_fedavg_round(sites, seed: int) -> dict[str, np.ndarray]:
+    """What one round of FedAvg must give, computed here: the sites' local models' sample-weighted mean."""
+    torch.manual_seed(seed)
     start = build_classifier(JOB.image_size, len(JOB.classes)).state_dict()
     local = []
     for site in sites:
         model = build_classifier(JOB.image_size, len(JOB.classes))
         model.load_state_dict(start)
         local.append(state_dict_to_numpy(train_classifier(site.train.images, site.train.labels, len(JOB.classes), 1,
-                                                          JOB.seed, model=model, noise_std=JOB.classifier_noise)))
+                                                          seed, model=model, noise_std=JOB.classifier_noise)))
     sizes = np.array([len(site.train.labels) for site in sites], dtype=np.float64)
-
-    averaged = state_dict_to_numpy(fedavg_classifier(sites, JOB, rounds=1))
-
     assert sizes[0] != sizes[1]  # unequal sites, so a plain mean would differ
-    for name, value in averaged.items():
-        expected = (sizes[0] * local[0][name] + sizes[1] * local[1][name]) / sizes.sum()
-        np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6, err_msg=name)
+    return {name: (sizes[0] * local[0][name] + sizes[1] * local[1][name]) / sizes.sum() for name in local[0]}
+
+
+def test_each_member_is_one_fedavg_run_with_its_own_seed(folders):
+    sites = read_sites(folders, JOB)
+
+    ensemble = fedavg_classifier(sites, JOB, rounds=1)
+
+    assert len(ensemble.members) == JOB.classifier_members == 3
+    for index, member in enumerate(ensemble.members):
+        expected = _one_fedavg_round(sites, JOB.seed + index)
+        for name, value in state_dict_to_numpy(member).items():
+            np.testing.assert_allclose(value, expected[name], rtol=1e-5, atol=1e-6, err_msg=f"member {index}: {name}")
 
 
 def test_references_score_every_site_on_the_job_s_own_held_out_images(folders):
