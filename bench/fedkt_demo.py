@@ -38,7 +38,7 @@ from federation_tools.fedkt_references import (
     site_scores,
     weighted_balanced_accuracy,
 )
-from fl_contract.fedkt_csd.classifier import train_ensemble
+from fl_contract.fedkt_csd.classifier import train_job_ensemble
 from fl_contract.fedkt_csd.wire import ClassStatistics, from_ring
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
 from jobs.fedkt_csd.spec import FedKTCSDParams
@@ -72,8 +72,7 @@ def synthetic_set_classifier(ae: LoadedAutoencoder, stats: ClassStatistics, job:
     counts = synthetic_counts(release.gaussians.counts, job.samples_per_class)
     latents, labels = sample_latents(release.gaussians, counts, job.seed)
     images = torch.from_numpy(to_uint8(decode_latents(ae.model, latents, job.image_size))).float() / 255.0
-    return train_ensemble(images, torch.from_numpy(labels), len(job.classes), job.classifier_epochs, job.seed,
-                          job.classifier_members, min_steps=job.classifier_min_steps, noise_std=job.classifier_noise)
+    return train_job_ensemble(images, torch.from_numpy(labels), job)
 
 
 Scores = dict[str, dict[str, float]]  # per site: the evaluation round's metrics on its held-out images

@@ -25,14 +25,13 @@ import torch
 from torch import nn
 
 from fl_contract.fedkt_csd.classifier import (
-    BATCH_SIZE,
     Ensemble,
     build_classifier,
     evaluate_classifier,
+    job_training_budget,
     member_seeds,
     train_classifier,
-    train_ensemble,
-    training_budget,
+    train_job_ensemble,
 )
 from fl_contract.job_params.fedkt_csd import FedKTCSDParams
 from fl_contract.models import load_numpy_params, state_dict_to_numpy
@@ -62,16 +61,14 @@ def read_sites(folders: Mapping[str, Path], job: FedKTCSDParams) -> list[SiteIma
 
 def pooled_passes(sites: list[SiteImages], job: FedKTCSDParams) -> int:
     """Passes of the job's classifier budget over the pooled real training images."""
-    return training_budget(sum(len(s.train.labels) for s in sites), job.classifier_epochs,
-                           job.classifier_min_steps, BATCH_SIZE).epochs
+    return job_training_budget(sum(len(s.train.labels) for s in sites), job).epochs
 
 
 def pooled_classifier(sites: list[SiteImages], job: FedKTCSDParams) -> nn.Module:
     """The job's classifier, with the job's budget, trained on all sites' real training images together."""
     images = torch.cat([s.train.images for s in sites])
     labels = torch.cat([s.train.labels for s in sites])
-    return train_ensemble(images, labels, len(job.classes), job.classifier_epochs, job.seed, job.classifier_members,
-                          min_steps=job.classifier_min_steps, noise_std=job.classifier_noise)
+    return train_job_ensemble(images, labels, job)
 
 
 def fedavg_classifier(sites: list[SiteImages], job: FedKTCSDParams, rounds: int) -> nn.Module:

@@ -21,7 +21,7 @@ from nvflare.app_common.abstract.fl_model import FLModel
 from fl_contract import secure_aggregation_messages as messages
 from fl_contract.device import select_device
 from fl_contract.fedkt_csd import Adjacency, Method, protocol
-from fl_contract.fedkt_csd.classifier import BATCH_SIZE, predict, train_ensemble, training_budget
+from fl_contract.fedkt_csd.classifier import job_training_budget, predict, train_job_ensemble
 from fl_contract.fedkt_csd.wire import from_ring
 from fl_contract.job_params import FedKTCSDParams, job_params
 from fl_contract.models import state_dict_to_numpy
@@ -158,10 +158,8 @@ class FedKTCSDController(SiteAwareController):
         that predicts one class on the synthetic set or at a site is warned about.
         """
         images, labels, _ = outputs.read_synthetic_set(app_dir / outputs.SYNTHETIC_DIR)
-        model = train_ensemble(images, labels, len(self.classes), self.job.classifier_epochs, self.job.seed,
-                               self.job.classifier_members, min_steps=self.job.classifier_min_steps,
-                               noise_std=self.job.classifier_noise)
-        budget = training_budget(len(labels), self.job.classifier_epochs, self.job.classifier_min_steps, BATCH_SIZE)
+        model = train_job_ensemble(images, labels, self.job)
+        budget = job_training_budget(len(labels), self.job)
         on_synthetic = int(len(np.unique(predict(model, images))))
         if on_synthetic == 1 and len(np.unique(labels.numpy())) > 1:
             self._warn("the classifier predicts one class on its own synthetic training set: raise "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,6 +23,9 @@ from torch import nn
 
 from fl_contract.fedkt_csd.protocol import PREDICTED_CLASSES, RECALL_PREFIX
 from fl_contract.models import build_model
+
+if TYPE_CHECKING:
+    from fl_contract.job_params.fedkt_csd import FedKTCSDParams
 
 CLASSIFIER = "cnn5_flat"
 CHANNELS = (8, 16, 32, 64, 64)
@@ -107,6 +110,18 @@ def train_ensemble(images: torch.Tensor, labels: torch.Tensor, num_classes: int,
     """`members` classifiers, each `train_classifier` with its own seed (`member_seeds`), in one `Ensemble`."""
     return Ensemble([train_classifier(images, labels, num_classes, epochs, member_seed, min_steps=min_steps,
                                       noise_std=noise_std) for member_seed in member_seeds(seed, members)])
+
+
+def train_job_ensemble(images: torch.Tensor, labels: torch.Tensor, job: FedKTCSDParams) -> Ensemble:
+    """The evaluation round's ensemble with the job's classifier parameters: the one recipe that the server's round,
+    the references it is compared with and the benchmarks all train."""
+    return train_ensemble(images, labels, len(job.classes), job.classifier_epochs, job.seed, job.classifier_members,
+                          min_steps=job.classifier_min_steps, noise_std=job.classifier_noise)
+
+
+def job_training_budget(num_images: int, job: FedKTCSDParams) -> TrainingBudget:
+    """Each member's `training_budget` in `train_job_ensemble` on `num_images` images."""
+    return training_budget(num_images, job.classifier_epochs, job.classifier_min_steps, BATCH_SIZE)
 
 
 def predict(model: nn.Module, images: torch.Tensor, batch_size: int = 256) -> np.ndarray:
