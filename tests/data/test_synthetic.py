@@ -7,12 +7,14 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from fl_contract.classes import PLAYERFL_CLASSES
 from site_agent.data.brats_case import MODALITIES, discover_cases, read_datalist
 from site_agent.data.demo import demo_cli
+from site_agent.data.demo.label_skew import class_partition_counts, site_class_proportions
 from site_agent.data.demo.synthetic_brats import synthetic_case, write_brats_site
-from site_agent.data.demo.synthetic_isic import site_class_proportions, write_isic_site
+from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.data.isic import read_isic_site
 
 
@@ -74,6 +76,30 @@ def test_isic_sites_are_deterministic_and_label_skewed(tmp_path):
     assert len({int(np.argmax(c)) for c in counts}) > 1
 
 
+def test_class_partition_holds_every_class_equally_and_skews_each_over_the_sites(tmp_path):
+    # Execute
+    counts = class_partition_counts(3, 4, 90, alpha=0.3, seed=4)
+    even = class_partition_counts(3, 4, 90, alpha=1000.0, seed=4)
+    sites = [write_isic_site(tmp_path / f"s{s}", s, 3, 30, alpha=0.3, size=24, seed=4, partition="class")
+             for s in (1, 2, 3)]
+    read = np.array([np.bincount([r.label for r in read_isic_site(site, PLAYERFL_CLASSES)], minlength=4)
+                     for site in sites])
+
+    # Assert: the written labels are the counts; each class has 90 / 4 images (the first two one more), and small
+    # alpha gathers each class at some site where large alpha spreads it evenly; site sizes differ
+    np.testing.assert_array_equal(read, counts)
+    assert counts.sum(axis=0).tolist() == even.sum(axis=0).tolist() == [23, 23, 22, 22]
+    assert (counts.max(axis=0) >= 0.45 * counts.sum(axis=0)).all()
+    assert (even.max(axis=0) < 0.45 * even.sum(axis=0)).all()
+    assert len(set(counts.sum(axis=1).tolist())) > 1
+
+
+def test_unknown_partition_is_refused_by_name(tmp_path):
+    # Execute / Assert
+    with pytest.raises(ValueError, match="partition 'sites' is not one of site, class"):
+        write_isic_site(tmp_path / "s", 1, 3, 30, size=24, partition="sites")
+
+
 def _cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     demo_cli.register(parser.add_subparsers(dest="command"))
@@ -87,13 +113,18 @@ def test_cli_writes_brats_and_isic_sites(tmp_path, capsys):
                      "--size", "16", "--layout", "nifti", "--label-map", "brats2023"])
     isic_rc = _cli(["demo-data", "isic", "--site-index", "2", "--out", str(tmp_path / "derm"), "--images", "12",
                     "--size", "24"])
+    skewed_rc = _cli(["demo-data", "isic", "--site-index", "3", "--out", str(tmp_path / "skew"), "--images", "12",
+                      "--size", "24", "--partition", "class"])
 
     # Assert
-    assert brats_rc == 0 and isic_rc == 0
+    assert brats_rc == 0 and isic_rc == 0 and skewed_rc == 0
+    skewed = len(read_isic_site(tmp_path / "skew", PLAYERFL_CLASSES))
+    assert skewed == class_partition_counts(3, 4, 36, alpha=0.5)[2].sum()
     assert read_datalist(tmp_path / "mri" / "datalist.json") == discover_cases(tmp_path / "mri")
     assert (tmp_path / "mri" / "Site1_001" / "Site1_001_t1ce.nii.gz").is_file()
     assert len(read_isic_site(tmp_path / "derm", PLAYERFL_CLASSES)) == 12
-    assert "wrote 2 nifti cases" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "wrote 2 nifti cases" in out and f"wrote {skewed} images" in out
 
 
 def test_scanner_offset_stays_inside_the_head_so_the_normalisation_mask_is_the_brain():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from fl_contract.classes import PLAYERFL_CLASSES, TRAINING_CLASSES
 from fl_contract.labels import LABEL_MAPS
+from site_agent.data.demo.label_skew import PARTITIONS
 
 
 def _linear(args: argparse.Namespace) -> int:
@@ -32,12 +33,15 @@ def _brats(args: argparse.Namespace) -> int:
 
 def _isic(args: argparse.Namespace) -> int:
     from site_agent.data.demo import synthetic_isic
+    from site_agent.data.isic import IMAGE_FOLDER
 
     classes = tuple(args.classes.split(","))
     out = synthetic_isic.write_isic_site(
-        Path(args.out), args.site_index, args.sites, args.images, classes, args.alpha, args.size, args.seed
+        Path(args.out), args.site_index, args.sites, args.images, classes, args.alpha, args.size, args.seed,
+        args.partition,
     )
-    print(f"wrote {args.images} images of classes {','.join(classes)} to {out}")
+    images = len(list((out / IMAGE_FOLDER).glob("*.jpg")))
+    print(f"wrote {images} images of classes {','.join(classes)} to {out}")
     return 0
 
 
@@ -70,10 +74,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     isic.add_argument("--site-index", type=int, required=True, help="1-based index of this site")
     isic.add_argument("--out", required=True, help="data folder of this site")
     isic.add_argument("--sites", type=int, default=3, help="number of sites sharing the Dirichlet draw")
-    isic.add_argument("--images", type=int, default=40)
+    isic.add_argument("--images", type=int, default=40,
+                      help="images of this site (under --partition class: per site on average)")
     isic.add_argument("--classes", default=",".join(PLAYERFL_CLASSES),
                       help=f"comma separated, from {','.join(TRAINING_CLASSES)}")
     isic.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration: smaller, more label skew")
+    isic.add_argument("--partition", choices=PARTITIONS, default="site",
+                      help="site: each site draws its class proportions (a class can be rare everywhere); class: "
+                           "each class is spread over the sites (every class equally large in the federation)")
     isic.add_argument("--size", type=int, default=64, help="image edge in pixels")
     isic.add_argument("--seed", type=int, default=0)
     isic.set_defaults(func=_isic)

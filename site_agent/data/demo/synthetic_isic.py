@@ -1,7 +1,7 @@
 """Synthetic ISIC-2019-format demo sites: JPEG lesions with class-dependent colour, shape and texture.
 
 Each class has its own lesion colour, border irregularity and texture, so a classifier can learn it; sites get
-label skew from one Dirichlet(alpha) draw over all sites (small alpha, strong skew) and a site-specific skin
+label skew from Dirichlet(alpha) draws (small alpha, strong skew; `PARTITIONS` says how) and a site-specific skin
 tint. Files follow the official layout and CSV formats, so `read_isic_site` reads them like real data.
 """
 
@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image as PILImage
 
 from fl_contract.classes import ISIC_CLASSES, PLAYERFL_CLASSES
+from site_agent.data.demo.label_skew import PARTITIONS, class_partition_counts, site_class_proportions
 from site_agent.data.isic import GROUND_TRUTH_CSV, IMAGE_FOLDER, METADATA_COLUMNS, METADATA_CSV
 
 # Per class: lesion RGB, border irregularity (0 round .. 1 ragged), texture frequency (0 = uniform; stripes repeat
@@ -35,11 +36,6 @@ _SITES_ANATOMY = ("anterior torso", "head/neck", "lower extremity", "upper extre
 _DOWNSAMPLED_EVERY = 7  # like the official set, some images carry the `_downsampled` suffix
 
 
-def site_class_proportions(n_sites: int, n_classes: int, alpha: float, seed: int = 0) -> np.ndarray:
-    """(n_sites, n_classes) class proportions, one Dirichlet(alpha) row per site, drawn together from `seed`."""
-    return np.random.default_rng(seed).dirichlet(np.full(n_classes, alpha), size=n_sites)
-
-
 def write_isic_site(
     out: Path,
     site_index: int,
@@ -49,16 +45,24 @@ def write_isic_site(
     alpha: float = 0.5,
     size: int = 64,
     seed: int = 0,
+    partition: str = "site",
 ) -> Path:
-    """Write site `site_index` (1-based) of `n_sites`: images, ground-truth CSV and metadata CSV under `out`."""
+    """Write site `site_index` (1-based) of `n_sites`: images, ground-truth CSV and metadata CSV under `out`; label
+    skew by `partition` (`PARTITIONS`)."""
     if not 1 <= site_index <= n_sites:
         raise ValueError(f"site index {site_index} is out of range: the federation has sites 1..{n_sites}")
     unknown = sorted(set(classes) - set(_LOOK))
     if unknown:
         raise ValueError(f"classes {unknown} cannot be generated; choose from {sorted(_LOOK)}")
-    proportions = site_class_proportions(n_sites, len(classes), alpha, seed)[site_index - 1]
+    if partition not in PARTITIONS:
+        raise ValueError(f"partition {partition!r} is not one of {', '.join(PARTITIONS)}")
     rng = np.random.default_rng([seed, site_index])
-    labels = rng.choice(len(classes), size=n_images, p=proportions)
+    if partition == "site":
+        proportions = site_class_proportions(n_sites, len(classes), alpha, seed)[site_index - 1]
+        labels = rng.choice(len(classes), size=n_images, p=proportions)
+    else:
+        counts = class_partition_counts(n_sites, len(classes), n_images * n_sites, alpha, seed)[site_index - 1]
+        labels = rng.permutation(np.repeat(np.arange(len(classes)), counts))
     tint = rng.uniform(-20, 20, 3)
     out = Path(out)
     (out / IMAGE_FOLDER).mkdir(parents=True, exist_ok=True)
