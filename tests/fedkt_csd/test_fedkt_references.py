@@ -23,8 +23,9 @@ from fl_contract.models import state_dict_to_numpy
 from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.site_data import load_split
 
-# A small budget keeps the test quick; the references' arithmetic does not depend on it.
-JOB = replace(DEMO_PARAMS, classifier_epochs=1, classifier_min_steps=4, image_size=32)
+# A small budget keeps the test quick; the references' arithmetic does not depend on it. Three members, as the
+# job defaults to, so that each member's own seed is checked.
+JOB = replace(DEMO_PARAMS, classifier_members=3, classifier_epochs=1, classifier_min_steps=4, image_size=32)
 
 
 @pytest.fixture(scope="module")
