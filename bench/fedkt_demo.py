@@ -1,19 +1,25 @@
 """FedKT-CSD on the demo's sites: the synthetic-set classifier against FedAvg and pooled real images, over seeds.
 
-    .venv/bin/python bench/fedkt_demo.py [--autoencoder FOLDER] [--seeds 0,1,2] [--write-readme]
+    .venv/bin/python bench/fedkt_demo.py [--autoencoder FOLDER] [--seeds 0,1,2] [--partition class|site]
+                                         [--write-readme]
 
 Each seed draws the demo's three ISIC-format sites afresh (`federation_tools.demos.fedkt_csd.demo_site` with that
-seed: the demo's images per site and label skew; seed 0 is the demo's own data) and runs what `fl-demo`'s fedkt-csd
-step runs, in one process: the sites' statistics path, their sum as secure aggregation delivers it, the server's DP
-release at the demo job's parameters (epsilon 10), the synthetic set through uint8, the evaluation round's
-classifier ensemble with the job's budget, scored on each site's held-out images. It does so at the job's defaults
-and with one parameter changed (`VARIANTS`: class covariances shrunk toward the pooled one, one pooled covariance
-for all classes, a single classifier instead of the ensemble), each over NOISE_DRAWS DP noise draws, since one
-draw alone moves the score by more than the difference between them. Beside it the references of
-`federation_tools.fedkt_references` (FedAvg of the same classifier, and one trained on the pooled real images) on the
-same held-out images, and the pooled classifier trained on the autoencoder's reconstructions of the same training
-images (what the autoencoder alone costs on the demo's data). Also the autoencoder's quality gate, recomputed here
-from the folder's weights. Default autoencoder: the demo one this project ships.
+seed: the demo's images per site and per-class label skew; seed 0 is the demo's own data) and runs what `fl-demo`'s
+fedkt-csd step runs, in one process: the sites' statistics path, their sum as secure aggregation delivers it, the
+server's DP release at the demo job's parameters (epsilon 10), the synthetic set through uint8, the evaluation
+round's classifier with the job's budget, scored on each site's held-out images. It does so at the demo's parameters
+(the job's defaults but one classifier) and with one parameter changed (`VARIANTS`: class covariances shrunk toward
+the pooled one, one pooled covariance for all classes, the job's default ensemble of three classifiers instead of
+one), each over NOISE_DRAWS DP noise draws, since one draw alone moves the score by more than the difference between
+them. Beside it the references of `federation_tools.fedkt_references` (FedAvg of the same classifier, and one
+trained on the pooled real images) on the same held-out images, and the pooled classifier trained on the
+autoencoder's reconstructions of the same training images (what the autoencoder alone costs on the demo's data).
+Also the autoencoder's quality gate, recomputed here from the folder's weights. Default autoencoder: the demo one
+this project ships.
+
+`--partition site` draws the labels per site instead (each site's class shares from Dirichlet(0.5); the demo's
+other jobs' skew): sites that hold one or two classes, where FedAvg struggles, and classes that can be rare in the
+whole federation, where a DP release struggles. Its table goes in its own README section.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import torch
 from readme_section import write_section
 
 from federation_tools.demo_data import DEMO_SITES
-from federation_tools.demos.fedkt_csd import DEMO_AUTOENCODER, DEMO_PARAMS, demo_site
+from federation_tools.demos.fedkt_csd import DEMO_AUTOENCODER, DEMO_PARAMS, PARTITION, demo_site
 from federation_tools.fedkt_references import (
     pooled_classifier,
     read_sites,
@@ -45,12 +51,14 @@ from jobs.fedkt_csd.spec import FedKTCSDParams
 from server_app.fedkt_outputs import to_uint8
 from server_app.fedkt_release import decode_latents, release_class_gaussians, sample_latents, synthetic_counts
 from server_app.privacy.dp_calibration import calibrate_noise
+from site_agent.data.demo.label_skew import PARTITIONS
 from site_agent.fedkt_csd.demo_autoencoder import measure_quality, passes_quality_gate, reconstruct
 from site_agent.fedkt_csd.site_data import LabelledImages, statistics_vector
 
 VARIANTS: dict[str, dict[str, Any]] = {  # FedKT-CSD runs: the job's parameters they change
-    "FedKT-CSD (the job's defaults)": {}, "FedKT-CSD, shrunk covariances": {"covariance": "shrunk"},
-    "FedKT-CSD, pooled covariance": {"covariance": "pooled"}, "FedKT-CSD, one classifier": {"classifier_members": 1}}
+    "FedKT-CSD (the demo's parameters)": {}, "FedKT-CSD, shrunk covariances": {"covariance": "shrunk"},
+    "FedKT-CSD, pooled covariance": {"covariance": "pooled"},
+    "FedKT-CSD, ensemble of three": {"classifier_members": 3}}
 METHODS = (*VARIANTS, "FedAvg", "pooled real", "pooled reconstructions")
 NOISE_DRAWS = 2  # DP noise draws per seed: one draw moved the score by up to 0.16 at the same data
 
@@ -64,7 +72,7 @@ def summed_statistics(ae: LoadedAutoencoder, folders: dict[str, Path], job: FedK
 
 def synthetic_set_classifier(ae: LoadedAutoencoder, stats: ClassStatistics, job: FedKTCSDParams,
                              noise_seed: int) -> torch.nn.Module:
-    """The job's release and evaluation-round classifier ensemble, in one process."""
+    """The job's release and evaluation-round classifier (or ensemble), in one process."""
     calibration = calibrate_noise(job.epsilon, job.delta, ae.clip_norm, job.adjacency,  # type: ignore[arg-type]
                                   job.method, job.count_noise_multiplier)  # type: ignore[arg-type]
     release = release_class_gaussians(stats, calibration, noise_seed, min_count=job.min_count,
@@ -78,10 +86,10 @@ def synthetic_set_classifier(ae: LoadedAutoencoder, stats: ClassStatistics, job:
 Scores = dict[str, dict[str, float]]  # per site: the evaluation round's metrics on its held-out images
 
 
-def one_seed(ae: LoadedAutoencoder, root: Path, seed: int) -> dict[str, list[Scores]]:
+def one_seed(ae: LoadedAutoencoder, root: Path, seed: int, partition: str) -> dict[str, list[Scores]]:
     """Per method, one `Scores` per run: NOISE_DRAWS DP noise draws (seeds seed + 100 k) for each FedKT-CSD
     variant, one run for each reference."""
-    folders = {f"site-{i}": Path(demo_site(i, f"site-{i}", root, seed)) for i in range(1, DEMO_SITES + 1)}
+    folders = {f"site-{i}": Path(demo_site(i, f"site-{i}", root, seed, partition)) for i in range(1, DEMO_SITES + 1)}
     sites = read_sites(folders, DEMO_PARAMS)
     stats = summed_statistics(ae, folders, DEMO_PARAMS)
     runs: dict[str, list[Scores]] = {
@@ -103,11 +111,12 @@ def lowest_recall(runs: list[Scores]) -> float:
     return min(v for r in runs for m in r.values() for k, v in m.items() if k.startswith("recall_"))
 
 
-def table(runs: dict[int, dict[str, list[Scores]]], quality: dict[str, Any], seconds: float) -> str:
+def table(runs: dict[int, dict[str, list[Scores]]], partition: str, quality: dict[str, Any], seconds: float) -> str:
     job = DEMO_PARAMS
     gate = "passes" if passes_quality_gate(quality) else "fails"
-    lines = [f"Demo sites (3, seeds {', '.join(map(str, runs))}), classes {', '.join(job.classes)}, epsilon "
-             f"{job.epsilon}, delta {job.delta}; FedKT-CSD rows: mean over {NOISE_DRAWS} DP noise draws; autoencoder: "
+    lines = [f"Demo sites (3, seeds {', '.join(map(str, runs))}, labels skewed per {partition}), classes "
+             f"{', '.join(job.classes)}, epsilon {job.epsilon}, delta {job.delta}; FedKT-CSD rows: mean over "
+             f"{NOISE_DRAWS} DP noise draws; autoencoder: "
              f"reconstruction classifier {quality['balanced_accuracy_reconstructions']:.3f} vs real "
              f"{quality['balanced_accuracy_real']:.3f} (gate {gate}); {seconds / 60:.1f} min.", "",
              "Site-weighted balanced accuracy on the sites' held-out images:", "",
@@ -128,6 +137,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--autoencoder", type=Path, default=DEMO_AUTOENCODER)
     parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--partition", choices=PARTITIONS, default=PARTITION)
     parser.add_argument("--write-readme", action="store_true")
     args = parser.parse_args()
     ae = load_autoencoder(args.autoencoder)
@@ -136,12 +146,12 @@ def main() -> None:
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in (int(s) for s in args.seeds.split(",")):
-            runs[seed] = one_seed(ae, Path(tmp) / f"seed-{seed}", seed)
+            runs[seed] = one_seed(ae, Path(tmp) / f"seed-{seed}", seed, args.partition)
             print(f"seed {seed}: " + ", ".join(f"{m} {mean_score(runs[seed][m]):.3f}" for m in METHODS), flush=True)
-    text = table(runs, quality, time.monotonic() - started)
+    text = table(runs, args.partition, quality, time.monotonic() - started)
     print(text)
     if args.write_readme:
-        write_section("fedkt_demo", text)
+        write_section("fedkt_demo" if args.partition == PARTITION else f"fedkt_demo_{args.partition}", text)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,6 @@ def isic_demo_site(index: int, site: str, root: Path, seed: int = 0, images: int
                    name: str = "isic", partition: str = "site") -> str:
     """`<root>/<site>/<name>`: a synthetic ISIC-2019-format folder with the demo's label skew across its sites.
     `seed` draws another data set of the same sizes and skew (benchmarks repeat the demo over seeds); a job that needs
-    more images per site, or another `partition` of the labels (`synthetic_isic.PARTITIONS`), gives its own `name`."""
+    more images per site, or another `partition` of the labels (`label_skew.PARTITIONS`), gives its own `name`."""
     return str(write_isic_site(isic_demo_folder(site, root, name), index, DEMO_SITES, images, seed=seed,
                                partition=partition))

@@ -32,9 +32,10 @@ DATASET, IMAGES_PER_SITE, PARTITION = "isic_fedkt", 400, "class"
 DEMO_PARAMS = FedKTCSDParams(evaluate=True, dataset=DATASET, classifier_members=1)
 
 
-def demo_site(index: int, site: str, root: Path, seed: int = 0) -> str:
-    """The site's ISIC-format folder for this job; `seed` draws another one of the same sizes and label skew."""
-    return isic_demo_site(index, site, root, seed, IMAGES_PER_SITE, DATASET, PARTITION)
+def demo_site(index: int, site: str, root: Path, seed: int = 0, partition: str = PARTITION) -> str:
+    """The site's ISIC-format folder for this job; `seed` draws another one of the same sizes and label skew, and
+    `partition` another kind of skew (a benchmark compares them)."""
+    return isic_demo_site(index, site, root, seed, IMAGES_PER_SITE, DATASET, partition)
 
 
 def site_data(index: int, site: str, root: Path) -> dict[str, str]:
