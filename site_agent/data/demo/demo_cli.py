@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fl_contract.classes import PLAYERFL_CLASSES, TRAINING_CLASSES
 from fl_contract.labels import LABEL_MAPS
-from site_agent.data.demo.label_skew import PARTITIONS
+from site_agent.data.demo.label_skew import DEFAULT_PARTITION, PARTITIONS
 
 
 def _linear(args: argparse.Namespace) -> int:
@@ -79,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     isic.add_argument("--classes", default=",".join(PLAYERFL_CLASSES),
                       help=f"comma separated, from {','.join(TRAINING_CLASSES)}")
     isic.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration: smaller, more label skew")
-    isic.add_argument("--partition", choices=PARTITIONS, default="site",
+    isic.add_argument("--partition", choices=PARTITIONS, default=DEFAULT_PARTITION,
                       help="site: each site draws its class proportions (a class can be rare everywhere); class: "
                            "each class is spread over the sites (every class equally large in the federation)")
     isic.add_argument("--size", type=int, default=64, help="image edge in pixels")

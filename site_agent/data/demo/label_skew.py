@@ -12,6 +12,7 @@ PARTITIONS = ("site", "class")
 one class at some seeds). "class": each class's images are spread over the sites by one Dirichlet(alpha) draw per
 class (the label-skew partition of NIID-Bench, Li et al. 2022), so the federation holds every class equally,
 `n_images` per site on average, and site sizes differ as hospitals' do."""
+DEFAULT_PARTITION = "site"  # the skew every demo site had before "class" existed, drawn the same way
 
 
 def site_class_proportions(n_sites: int, n_classes: int, alpha: float, seed: int = 0) -> np.ndarray:

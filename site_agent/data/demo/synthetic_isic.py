@@ -15,7 +15,12 @@ import numpy as np
 from PIL import Image as PILImage
 
 from fl_contract.classes import ISIC_CLASSES, PLAYERFL_CLASSES
-from site_agent.data.demo.label_skew import PARTITIONS, class_partition_counts, site_class_proportions
+from site_agent.data.demo.label_skew import (
+    DEFAULT_PARTITION,
+    PARTITIONS,
+    class_partition_counts,
+    site_class_proportions,
+)
 from site_agent.data.isic import GROUND_TRUTH_CSV, IMAGE_FOLDER, METADATA_COLUMNS, METADATA_CSV
 
 # Per class: lesion RGB, border irregularity (0 round .. 1 ragged), texture frequency (0 = uniform; stripes repeat
@@ -45,7 +50,7 @@ def write_isic_site(
     alpha: float = 0.5,
     size: int = 64,
     seed: int = 0,
-    partition: str = "site",
+    partition: str = DEFAULT_PARTITION,
 ) -> Path:
     """Write site `site_index` (1-based) of `n_sites`: images, ground-truth CSV and metadata CSV under `out`; label
     skew by `partition` (`PARTITIONS`)."""
