@@ -111,6 +111,8 @@ def comparison_table(scores: dict[str, dict[str, dict[str, float]]], epsilon: fl
                      + "".join(f"{scores[m][site]['balanced_accuracy']:>13.3f}" for m in methods))
     lines.append(f"  {'site-weighted':<14}{'':>7}"
                  + "".join(f"{weighted_balanced_accuracy(scores[m]):>13.3f}" for m in methods))
+    lines.append(f"  {methods[0]}'s score is one secret DP noise draw on one draw of the demo data and moves from "
+                 "run to run; bench/fedkt_demo.py averages six data draws and two noise draws each (bench/README.md)")
     return "\n".join(lines)
 
 
