@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 from readme_section import write_section
+from scipy.stats import multivariate_normal
 
 from federation_tools.demo_data import DEMO_SITES
 from federation_tools.demos.fedkt_csd import DEMO_AUTOENCODER, DEMO_PARAMS, PARTITION, demo_site
@@ -47,20 +48,28 @@ from federation_tools.fedkt_references import (
 from fl_contract.fedkt_csd.classifier import train_job_ensemble
 from fl_contract.fedkt_csd.protocol import RECALL_PREFIX
 from fl_contract.fedkt_csd.wire import ClassStatistics, from_ring
-from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
+from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder, to_autoencoder_range
 from jobs.fedkt_csd.spec import FedKTCSDParams
 from server_app.fedkt_outputs import to_uint8
-from server_app.fedkt_release import decode_latents, release_class_gaussians, sample_latents, synthetic_counts
+from server_app.fedkt_release import (
+    ClassGaussians,
+    decode_latents,
+    release_class_gaussians,
+    sample_latents,
+    synthetic_counts,
+)
 from server_app.privacy.dp_calibration import calibrate_noise
 from site_agent.data.demo.label_skew import PARTITIONS
 from site_agent.fedkt_csd.demo_autoencoder import measure_quality, passes_quality_gate, reconstruct
 from site_agent.fedkt_csd.site_data import LabelledImages, statistics_vector
+from site_agent.fedkt_csd.stats import clip_latents, encode_latents
 
 VARIANTS: dict[str, dict[str, Any]] = {  # FedKT-CSD runs: the job's parameters they change
     "FedKT-CSD (the demo's parameters)": {}, "FedKT-CSD, shrunk covariances": {"covariance": "shrunk"},
     "FedKT-CSD, pooled covariance": {"covariance": "pooled"},
     "FedKT-CSD, ensemble of three": {"classifier_members": 3}}
-METHODS = (*VARIANTS, "FedAvg", "pooled real", "pooled reconstructions")
+LATENT = "FedKT-CSD's released Gaussians on the latents"  # the same release, no decoding (`LatentGaussianClassifier`)
+METHODS = (*VARIANTS, LATENT, "FedAvg", "pooled real", "pooled reconstructions")
 NOISE_DRAWS = 2  # DP noise draws per seed: one draw moved the score by up to 0.16 at the same data
 
 
@@ -71,17 +80,42 @@ def summed_statistics(ae: LoadedAutoencoder, folders: dict[str, Path], job: FedK
     return from_ring(np.asarray(total, dtype=np.uint64), len(job.classes), ae.clip_norm)
 
 
+def released_gaussians(ae: LoadedAutoencoder, stats: ClassStatistics, job: FedKTCSDParams,
+                       noise_seed: int) -> ClassGaussians:
+    """The job's DP release of the class Gaussians, with the given noise seed."""
+    calibration = calibrate_noise(job.epsilon, job.delta, ae.clip_norm, job.adjacency,  # type: ignore[arg-type]
+                                  job.method, job.count_noise_multiplier)  # type: ignore[arg-type]
+    return release_class_gaussians(stats, calibration, noise_seed, min_count=job.min_count,
+                                   covariance=job.covariance).gaussians
+
+
 def synthetic_set_classifier(ae: LoadedAutoencoder, stats: ClassStatistics, job: FedKTCSDParams,
                              noise_seed: int) -> torch.nn.Module:
     """The job's release and evaluation-round classifier (or ensemble), in one process."""
-    calibration = calibrate_noise(job.epsilon, job.delta, ae.clip_norm, job.adjacency,  # type: ignore[arg-type]
-                                  job.method, job.count_noise_multiplier)  # type: ignore[arg-type]
-    release = release_class_gaussians(stats, calibration, noise_seed, min_count=job.min_count,
-                                      covariance=job.covariance)
-    counts = synthetic_counts(release.gaussians.counts, job.samples_per_class)
-    latents, labels = sample_latents(release.gaussians, counts, job.seed)
+    gaussians = released_gaussians(ae, stats, job, noise_seed)
+    latents, labels = sample_latents(gaussians, synthetic_counts(gaussians.counts, job.samples_per_class), job.seed)
     images = torch.from_numpy(to_uint8(decode_latents(ae.model, latents, job.image_size))).float() / 255.0
     return train_job_ensemble(images, torch.from_numpy(labels), job)
+
+
+class LatentGaussianClassifier(torch.nn.Module):
+    """The released class Gaussians as a Bayes classifier (equal class priors) on the frozen encoder's clipped
+    latents: what the release itself tells the classes apart by, before the decoder and a classifier trained on its
+    images. `forward` takes images in [0, 1] and returns each class's log density (withheld classes: -inf)."""
+
+    def __init__(self, ae: LoadedAutoencoder, gaussians: ClassGaussians, num_classes: int):
+        super().__init__()
+        self.ae, self.num_classes = ae, num_classes
+        self.densities = {int(c): multivariate_normal(mean, covariance) for c, mean, covariance
+                          in zip(gaussians.classes, gaussians.means, gaussians.covariances)}
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        latents = clip_latents(encode_latents(self.ae.model, to_autoencoder_range(images)).flatten(1),
+                               self.ae.clip_norm).numpy()
+        scores = np.full((len(latents), self.num_classes), -np.inf)
+        for c, density in self.densities.items():
+            scores[:, c] = density.logpdf(latents)
+        return torch.from_numpy(scores)
 
 
 Scores = dict[str, dict[str, float]]  # per site: the evaluation round's metrics on its held-out images
@@ -109,6 +143,9 @@ def one_seed(ae: LoadedAutoencoder, root: Path, seed: int, partition: str) -> Se
                                                       noise_seed=seed + 100 * draw), sites, DEMO_PARAMS)
                  for draw in range(NOISE_DRAWS)]
         for method, changes in VARIANTS.items()}
+    latent = [LatentGaussianClassifier(ae, released_gaussians(ae, stats, DEMO_PARAMS, seed + 100 * draw),
+                                       len(DEMO_PARAMS.classes)) for draw in range(NOISE_DRAWS)]
+    runs[LATENT] = [site_scores(classifier, sites, DEMO_PARAMS) for classifier in latent]
     decoded = [replace(s, train=LabelledImages(reconstruct(ae.model, s.train.images), s.train.labels)) for s in sites]
     references = {**reference_scores(folders, DEMO_PARAMS),
                   "pooled reconstructions": site_scores(pooled_classifier(decoded, DEMO_PARAMS), sites, DEMO_PARAMS)}
