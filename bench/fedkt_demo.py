@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -173,31 +174,32 @@ def lowest_federation_recall(runs: list[Scores], held_out: Counts) -> float:
     return min(recalls)
 
 
+def method_table(seeds: dict[int, SeedRuns], value: Callable[[SeedRuns, str], float], spec: str,
+                 with_mean: bool = False) -> list[str]:
+    """A markdown table of `value` per method (rows) and data seed (columns), and with `with_mean` their mean."""
+    lines = ["| method | " + " | ".join(f"seed {s}" for s in seeds) + (" | mean |" if with_mean else " |"),
+             "| --- | " + " | ".join("---:" for _ in seeds) + (" | ---: |" if with_mean else " |")]
+    for method in METHODS:
+        values = [value(s, method) for s in seeds.values()]
+        cells = [spec.format(v) for v in values] + ([spec.format(np.mean(values))] if with_mean else [])
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def table(seeds: dict[int, SeedRuns], partition: str, quality: dict[str, Any], seconds: float) -> str:
-    job, runs = DEMO_PARAMS, {seed: s.runs for seed, s in seeds.items()}
+    job = DEMO_PARAMS
     gate = "passes" if passes_quality_gate(quality) else "fails"
-    lines = [f"Demo sites (3, seeds {', '.join(map(str, runs))}, labels skewed per {partition}), classes "
+    lines = [f"Demo sites (3, seeds {', '.join(map(str, seeds))}, labels skewed per {partition}), classes "
              f"{', '.join(job.classes)}, epsilon {job.epsilon}, delta {job.delta}; FedKT-CSD rows: mean over "
              f"{NOISE_DRAWS} DP noise draws; autoencoder: "
              f"reconstruction classifier {quality['balanced_accuracy_reconstructions']:.3f} vs real "
              f"{quality['balanced_accuracy_real']:.3f} (gate {gate}); {seconds / 60:.1f} min.", "",
              "Site-weighted balanced accuracy on the sites' held-out images:", "",
-             "| method | " + " | ".join(f"seed {s}" for s in runs) + " | mean |",
-             "| --- | " + " | ".join("---:" for _ in runs) + " | ---: |"]
-    for method in METHODS:
-        values = [mean_score(r[method]) for r in runs.values()]
-        lines.append(f"| {method} | " + " | ".join(f"{v:.3f}" for v in values) + f" | {np.mean(values):.3f} |")
-    lines += ["", "Lowest recall of any class at any site (FedKT-CSD: in any noise draw):", "",
-              "| method | " + " | ".join(f"seed {s}" for s in runs) + " |",
-              "| --- | " + " | ".join("---:" for _ in runs) + " |"]
-    for method in METHODS:
-        lines.append(f"| {method} | " + " | ".join(f"{lowest_recall(r[method]):.2f}" for r in runs.values()) + " |")
-    lines += ["", "Lowest recall of any class on all sites' held-out images together (FedKT-CSD: in any noise draw):",
-              "", "| method | " + " | ".join(f"seed {s}" for s in runs) + " |",
-              "| --- | " + " | ".join("---:" for _ in runs) + " |"]
-    for method in METHODS:
-        lines.append(f"| {method} | " + " | ".join(f"{lowest_federation_recall(s.runs[method], s.held_out):.2f}"
-                                                 for s in seeds.values()) + " |")
+             *method_table(seeds, lambda s, m: mean_score(s.runs[m]), "{:.3f}", with_mean=True), "",
+             "Lowest recall of any class at any site (FedKT-CSD: in any noise draw):", "",
+             *method_table(seeds, lambda s, m: lowest_recall(s.runs[m]), "{:.2f}"), "",
+             "Lowest recall of any class on all sites' held-out images together (FedKT-CSD: in any noise draw):", "",
+             *method_table(seeds, lambda s, m: lowest_federation_recall(s.runs[m], s.held_out), "{:.2f}")]
     return "\n".join(lines)
 
 
