@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 import torch
 from readme_section import write_section
-from scipy.stats import multivariate_normal
 
 from federation_tools.demo_data import DEMO_SITES
 from federation_tools.demos.fedkt_csd import DEMO_AUTOENCODER, DEMO_PARAMS, PARTITION, demo_site
@@ -49,7 +48,7 @@ from federation_tools.fedkt_references import (
 from fl_contract.fedkt_csd.classifier import train_job_ensemble
 from fl_contract.fedkt_csd.protocol import RECALL_PREFIX
 from fl_contract.fedkt_csd.wire import ClassStatistics, from_ring
-from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder, to_autoencoder_range
+from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
 from jobs.fedkt_csd.spec import FedKTCSDParams
 from server_app.fedkt_outputs import to_uint8
 from server_app.fedkt_release import (
@@ -62,14 +61,14 @@ from server_app.fedkt_release import (
 from server_app.privacy.dp_calibration import calibrate_noise
 from site_agent.data.demo.label_skew import PARTITIONS
 from site_agent.fedkt_csd.demo_autoencoder import measure_quality, passes_quality_gate, reconstruct
+from site_agent.fedkt_csd.latent_classifier import LatentGaussianClassifier
 from site_agent.fedkt_csd.site_data import LabelledImages, statistics_vector
-from site_agent.fedkt_csd.stats import clip_latents, encode_latents
 
 VARIANTS: dict[str, dict[str, Any]] = {  # FedKT-CSD runs: the job's parameters they change
     "FedKT-CSD (the demo's parameters)": {}, "FedKT-CSD, shrunk covariances": {"covariance": "shrunk"},
     "FedKT-CSD, pooled covariance": {"covariance": "pooled"},
     "FedKT-CSD, ensemble of three": {"classifier_members": 3}}
-LATENT = "FedKT-CSD's released Gaussians on the latents"  # the same release, no decoding (`LatentGaussianClassifier`)
+LATENT = "FedKT-CSD's released Gaussians on the latents"  # the evaluation round's `latent_evaluation`
 METHODS = (*VARIANTS, LATENT, "FedAvg", "pooled real", "pooled reconstructions")
 NOISE_DRAWS = 2  # DP noise draws per seed: one draw moved the score by up to 0.16 at the same data
 
@@ -99,26 +98,6 @@ def synthetic_set_classifier(ae: LoadedAutoencoder, stats: ClassStatistics, job:
     return train_job_ensemble(images, torch.from_numpy(labels), job)
 
 
-class LatentGaussianClassifier(torch.nn.Module):
-    """The released class Gaussians as a Bayes classifier (equal class priors) on the frozen encoder's clipped
-    latents: what the release itself tells the classes apart by, before the decoder and a classifier trained on its
-    images. `forward` takes images in [0, 1] and returns each class's log density (withheld classes: -inf)."""
-
-    def __init__(self, ae: LoadedAutoencoder, gaussians: ClassGaussians, num_classes: int):
-        super().__init__()
-        self.ae, self.num_classes = ae, num_classes
-        self.densities = {int(c): multivariate_normal(mean, covariance) for c, mean, covariance
-                          in zip(gaussians.classes, gaussians.means, gaussians.covariances)}
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        latents = clip_latents(encode_latents(self.ae.model, to_autoencoder_range(images)).flatten(1),
-                               self.ae.clip_norm).numpy()
-        scores = np.full((len(latents), self.num_classes), -np.inf)
-        for c, density in self.densities.items():
-            scores[:, c] = density.logpdf(latents)
-        return torch.from_numpy(scores)
-
-
 Scores = dict[str, dict[str, float]]  # per site: the evaluation round's metrics on its held-out images
 Counts = dict[str, dict[str, int]]  # per site: its held-out images of each class
 
@@ -144,8 +123,8 @@ def one_seed(ae: LoadedAutoencoder, root: Path, seed: int, partition: str) -> Se
                                                       noise_seed=seed + 100 * draw), sites, DEMO_PARAMS)
                  for draw in range(NOISE_DRAWS)]
         for method, changes in VARIANTS.items()}
-    latent = [LatentGaussianClassifier(ae, released_gaussians(ae, stats, DEMO_PARAMS, seed + 100 * draw),
-                                       len(DEMO_PARAMS.classes)) for draw in range(NOISE_DRAWS)]
+    releases = [released_gaussians(ae, stats, DEMO_PARAMS, seed + 100 * draw) for draw in range(NOISE_DRAWS)]
+    latent = [LatentGaussianClassifier(ae, g.classes, g.means, g.covariances, DEMO_PARAMS.classes) for g in releases]
     runs[LATENT] = [site_scores(classifier, sites, DEMO_PARAMS) for classifier in latent]
     decoded = [replace(s, train=LabelledImages(reconstruct(ae.model, s.train.images), s.train.labels)) for s in sites]
     references = {**reference_scores(folders, DEMO_PARAMS),

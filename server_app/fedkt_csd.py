@@ -30,7 +30,13 @@ from fl_contract.params import params_to_json
 from fl_contract.secure_aggregation import SecureAggregationError
 from fl_contract.version import AGENT_VERSION as __version__
 from server_app import fedkt_outputs as outputs
-from server_app.fedkt_release import decode_latents, release_class_gaussians, sample_latents, synthetic_counts
+from server_app.fedkt_release import (
+    ClassGaussians,
+    decode_latents,
+    release_class_gaussians,
+    sample_latents,
+    synthetic_counts,
+)
 from server_app.privacy.dp_calibration import NoiseCalibration, calibrate_noise
 from server_app.privacy.secure_aggregation import SecureAggregation
 from server_app.privacy.secure_sum import Send, secure_sum
@@ -115,7 +121,7 @@ class FedKTCSDController(SiteAwareController):
                                   "synthetic_images": int(len(labels)),
                                   "release_diagnostics": release.manifest["diagnostics"]}
         if self.job.evaluate:
-            record.update(self._evaluation_round(app_dir, sites))
+            record.update(self._evaluation_round(app_dir, sites, release.gaussians))
         return {**record, "warnings": self._warnings}
 
     def _load_autoencoder(self) -> LoadedAutoencoder:
@@ -150,12 +156,15 @@ class FedKTCSDController(SiteAwareController):
         self.warning(message)
         self._warnings.append(message)
 
-    def _evaluation_round(self, app_dir: Path, sites: list[str]) -> dict[str, Any]:
-        """Train the classifier ensemble on the synthetic set here; each site scores it on its own held-out images.
+    def _evaluation_round(self, app_dir: Path, sites: list[str], gaussians: ClassGaussians) -> dict[str, Any]:
+        """Train the classifier ensemble on the synthetic set here; each site scores it, and the released class
+        Gaussians as a classifier of its encoded images (`site_agent.fedkt_csd.latent_classifier`), on its own
+        held-out images.
 
-        Returns `classifier` (each member's training budget, and the number of members) and `evaluation` per site
-        (accuracy, balanced accuracy, number of images, distinct predicted classes, `recall` per class); a classifier
-        that predicts one class on the synthetic set or at a site is warned about.
+        Returns `classifier` (each member's training budget, and the number of members), `evaluation` per site
+        (accuracy, balanced accuracy, number of images, distinct predicted classes, `recall` per class) and
+        `latent_evaluation`, the Gaussians' same scores; a classifier that predicts one class on the synthetic set or
+        at a site is warned about.
         """
         images, labels, _ = outputs.read_synthetic_set(app_dir / outputs.SYNTHETIC_DIR)
         model = train_job_ensemble(images, labels, self.job)
@@ -164,19 +173,21 @@ class FedKTCSDController(SiteAwareController):
         if on_synthetic == 1 and len(np.unique(labels.numpy())) > 1:
             self._warn("the classifier predicts one class on its own synthetic training set: raise "
                        "classifier_min_steps, or the synthetic classes are not separable (see release_diagnostics)")
-        results = self._send(protocol.TASK_EVALUATE, FLModel(params=state_dict_to_numpy(model)), sites)
+        released = protocol.gaussians_params(gaussians.classes, gaussians.means, gaussians.covariances)
+        results = self._send(protocol.TASK_EVALUATE, FLModel(params={**state_dict_to_numpy(model), **released}), sites)
         missing = sorted(set(sites) - set(results))
         if missing:
             self._warn(f"site(s) {', '.join(missing)} returned no evaluation")
         scores = {site: _site_scores(results[site].metrics) for site in sorted(results)}
+        latent = {site: _site_scores(results[site].metrics, protocol.LATENT_PREFIX) for site in sorted(results)}
         constant = [site for site, m in scores.items() if m[protocol.PREDICTED_CLASSES] == 1 and len(m["recall"]) > 1]
         if constant:
             self._warn(f"the classifier predicts a single class on the held-out images of {', '.join(constant)}")
-        self.info(f"evaluation of the synthetic-data classifier: {scores}")
+        self.info(f"evaluation of the synthetic-data classifier: {scores}; of the released Gaussians: {latent}")
         return {"classifier": {"images": budget.images, "epochs": budget.epochs, "steps": budget.steps,
                                "members": self.job.classifier_members,
                                "predicted_classes_on_synthetic": on_synthetic},
-                "evaluation": scores}
+                "evaluation": scores, "latent_evaluation": latent}
 
     def _job_summary(self) -> dict[str, Any]:
         """Every parameter of the job, and the classes it releases."""
@@ -191,9 +202,12 @@ def secure_statistics(secagg: SecureAggregation, announcement: dict[str, Any], s
     return secure_sum(secagg, protocol.TASK_STATISTICS, send, log, warn, "masked statistics")
 
 
-def _site_scores(metrics: dict[str, float]) -> dict[str, Any]:
-    """A site's metrics with the `recall_<class>` entries gathered under `recall`."""
+def _site_scores(metrics: dict[str, float], model_prefix: str = "") -> dict[str, Any]:
+    """A site's metrics of one model, with the `recall_<class>` entries gathered under `recall`. `model_prefix`
+    "" takes the classifier's (every key without `protocol.LATENT_PREFIX`), LATENT_PREFIX the Gaussians'."""
+    own = {k[len(model_prefix):]: float(v) for k, v in metrics.items()
+           if k.startswith(model_prefix) and (model_prefix or not k.startswith(protocol.LATENT_PREFIX))}
     prefix = protocol.RECALL_PREFIX
-    scores: dict[str, Any] = {k: float(v) for k, v in metrics.items() if not k.startswith(prefix)}
-    scores["recall"] = {k[len(prefix):]: float(v) for k, v in metrics.items() if k.startswith(prefix)}
+    scores: dict[str, Any] = {k: v for k, v in own.items() if not k.startswith(prefix)}
+    scores["recall"] = {k[len(prefix):]: v for k, v in own.items() if k.startswith(prefix)}
     return scores

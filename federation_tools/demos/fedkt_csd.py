@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from federation_tools.admin import JobOutcome
 from federation_tools.demo_data import isic_demo_folder, isic_demo_site
@@ -30,6 +31,7 @@ DATASET, IMAGES_PER_SITE, PARTITION = "isic_fedkt", 400, "class"
 # One classifier, not the job's ensemble of three: on the demo's data the ensemble scored no better on average
 # (bench/README.md, fedkt_demo.py) and tripled the step's time on 2 CPU cores, its references included.
 DEMO_PARAMS = FedKTCSDParams(evaluate=True, dataset=DATASET, classifier_members=1)
+FEDKT_CNN, FEDKT_LATENTS = "FedKT-CSD CNN", "FedKT-CSD latents"  # the comparison's columns of the job's two scores
 
 
 def demo_site(index: int, site: str, root: Path, seed: int = 0, partition: str = PARTITION) -> str:
@@ -79,41 +81,52 @@ def summary(outcome: JobOutcome) -> str:
         lines.append(f"classifier trained on the synthetic set ({how}; {budget['images']} images, "
                      f"{budget['epochs']} passes, {budget['steps']} steps each), scored on each site's held-out "
                      "images:")
-    for site, metrics in results.get("evaluation", {}).items():
-        recall = ", ".join(f"{name} {value:.2f}" for name, value in metrics["recall"].items())
-        lines.append(f"  {site}: accuracy {metrics['accuracy']:.3f}, "
-                     f"balanced accuracy {metrics['balanced_accuracy']:.3f} "
-                     f"({int(metrics['num_test'])} images; recall {recall})")
+    lines += [_site_line(site, metrics) for site, metrics in results.get("evaluation", {}).items()]
+    if "latent_evaluation" in results:
+        lines.append("the released class Gaussians themselves as a classifier of each site's encoded held-out images "
+                     "(each class's Gaussian its density, equal priors; no decoding, no training):")
+        lines += [_site_line(site, metrics) for site, metrics in results["latent_evaluation"].items()]
     lines += [f"warning: {warning}" for warning in results.get("warnings", [])]
     return "\n".join(lines)
 
 
 def references(root: Path, outcome: JobOutcome) -> str:
-    """The synthetic-set classifier's balanced accuracy at each site beside FedAvg of the same classifier and the same
-    classifier trained on the pooled real images, all scored on the sites' held-out images (`fedkt_references`)."""
-    evaluation = outcome.results().get("evaluation", {})
+    """The synthetic-set classifier's and the released Gaussians' balanced accuracy at each site beside FedAvg of the
+    same classifier and the same classifier trained on the pooled real images, all scored on the sites' held-out
+    images (`fedkt_references`)."""
+    results = outcome.results()
+    evaluation = results.get("evaluation", {})
     if not evaluation:
         return "no evaluation round: nothing to compare"
     scores = reference_scores({site: isic_demo_folder(site, root, DATASET) for site in evaluation}, DEMO_PARAMS)
-    return comparison_table({"FedKT-CSD": evaluation, **scores}, DEMO_PARAMS.epsilon)
+    return comparison_table({FEDKT_CNN: evaluation, FEDKT_LATENTS: results["latent_evaluation"], **scores},
+                            DEMO_PARAMS.epsilon)
 
 
 def comparison_table(scores: dict[str, dict[str, dict[str, float]]], epsilon: float) -> str:
     """Balanced accuracy per site and method, and the site-weighted one (weights: held-out images per site)."""
     methods = list(scores)
     sites = sorted(next(iter(scores.values())))
-    lines = [f"the same held-out images, balanced accuracy: FedKT-CSD's synthetic-set classifier (one round, epsilon "
-             f"{epsilon}) against the same classifier trained by FedAvg and on the pooled real images (no DP; computed "
-             f"in this process, which holds every demo site's images as no federation does):",
-             f"  {'site':<14}{'images':>7}" + "".join(f"{m:>13}" for m in methods)]
+    width = max(13, *(len(m) + 2 for m in methods))
+    lines = [f"the same held-out images, balanced accuracy: FedKT-CSD's release (one round, epsilon {epsilon}) as the "
+             f"classifier trained on its synthetic set ({FEDKT_CNN}) and as its class Gaussians on the encoded images "
+             f"({FEDKT_LATENTS}), against the same classifier trained by FedAvg and on the pooled real images (no DP; "
+             "computed in this process, which holds every demo site's images as no federation does):",
+             f"  {'site':<14}{'images':>7}" + "".join(f"{m:>{width}}" for m in methods)]
     for site in sites:
         lines.append(f"  {site:<14}{int(scores[methods[0]][site]['num_test']):>7}"
-                     + "".join(f"{scores[m][site]['balanced_accuracy']:>13.3f}" for m in methods))
+                     + "".join(f"{scores[m][site]['balanced_accuracy']:>{width}.3f}" for m in methods))
     lines.append(f"  {'site-weighted':<14}{'':>7}"
-                 + "".join(f"{weighted_balanced_accuracy(scores[m]):>13.3f}" for m in methods))
-    lines.append(f"  {methods[0]}'s score is one secret DP noise draw on one draw of the demo data and moves from "
-                 "run to run; bench/fedkt_demo.py averages six data draws and two noise draws each (bench/README.md)")
+                 + "".join(f"{weighted_balanced_accuracy(scores[m]):>{width}.3f}" for m in methods))
+    lines.append("  FedKT-CSD's scores are one secret DP noise draw on one draw of the demo data and move from run to "
+                 "run; bench/fedkt_demo.py averages six data draws and two noise draws each (bench/README.md)")
     return "\n".join(lines)
+
+
+def _site_line(site: str, metrics: dict[str, Any]) -> str:
+    recall = ", ".join(f"{name} {value:.2f}" for name, value in metrics["recall"].items())
+    return (f"  {site}: accuracy {metrics['accuracy']:.3f}, balanced accuracy {metrics['balanced_accuracy']:.3f} "
+            f"({int(metrics['num_test'])} images; recall {recall})")
 
 
 def _number(value: float | None, spec: str) -> str:

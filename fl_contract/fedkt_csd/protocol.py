@@ -5,15 +5,19 @@ classes, image size and autoencoder identity; site -> server: its public keys), 
 masked fixed-point statistics, `fl_contract.fedkt_csd.wire`) and `unmask`, whose messages are every masking kind's
 (`fl_contract.secure_aggregation_messages`). Then, optionally:
 
-    evaluate    server -> site: the classifier trained on the synthetic set (optional round)
+    evaluate    server -> site: the classifier trained on the synthetic set (optional round), and the released
+                class Gaussians (`gaussians_params`: the DP release itself, post-processed)
                 site -> server: metrics accuracy, balanced_accuracy, num_test, predicted_classes and
-                recall_<class> for each class present among the site's held-out images
+                recall_<class> for each class present among the site's held-out images, of the classifier and,
+                prefixed latent_, of the Gaussians as a classifier of the site's encoded held-out images
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from fl_contract import secure_aggregation_messages as messages
 from fl_contract.models.dcae import AutoencoderIdentity
@@ -27,6 +31,9 @@ AUTOENCODER = "autoencoder"
 PREDICTED_CLASSES = "predicted_classes"  # distinct classes the classifier predicts at the site; 1: constant
 RECALL_PREFIX = "recall_"  # recall_<class name>, one per class present among the site's held-out images
 EVALUATION_METRICS = ("accuracy", "balanced_accuracy", "num_test", PREDICTED_CLASSES)
+LATENT_PREFIX = "latent_"  # the same metrics of the released Gaussians as a classifier (latent_accuracy, ...)
+GAUSSIANS_PREFIX = "released_gaussians/"  # the evaluate task's params beside the classifier's weights
+GAUSSIAN_FIELDS = ("classes", "means", "covariances")
 
 
 def announcement(
@@ -52,3 +59,32 @@ def check_announcement(meta: Mapping[str, Any], site: str, classes: Sequence[str
     if not meta.get(messages.SESSION):
         raise ValueError(f"site {site}: the keys task carries no session id")
     return str(meta[messages.SESSION])
+
+
+def gaussians_params(classes: np.ndarray, means: np.ndarray, covariances: np.ndarray) -> dict[str, np.ndarray]:
+    """The released class Gaussians as evaluate-task params: (K,) class indices, (K, d) means, (K, d, d)
+    covariances."""
+    arrays = (np.asarray(classes, dtype=np.int64), np.asarray(means, dtype=np.float64),
+              np.asarray(covariances, dtype=np.float64))
+    return {GAUSSIANS_PREFIX + field: array for field, array in zip(GAUSSIAN_FIELDS, arrays)}
+
+
+def split_evaluation(params: Mapping[str, Any], site: str, num_classes: int,
+                     dim: int) -> tuple[dict[str, Any], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The evaluate task's params as (the classifier's weights, (classes, means, covariances) of the Gaussians),
+    after checking that the Gaussians fit the job's classes and this site's latent dimension `dim`."""
+    weights = {k: v for k, v in params.items() if not k.startswith(GAUSSIANS_PREFIX)}
+    missing = [field for field in GAUSSIAN_FIELDS if GAUSSIANS_PREFIX + field not in params]
+    if missing:
+        raise ValueError(f"site {site}: the evaluate task carries no released Gaussians ({', '.join(missing)} "
+                         "missing); the server runs another version of the FedKT-CSD job: update it")
+    classes, means, covariances = (np.asarray(params[GAUSSIANS_PREFIX + field]) for field in GAUSSIAN_FIELDS)
+    k = len(classes)
+    expected = {"classes": (classes.shape, (k,)), "means": (means.shape, (k, dim)),
+                "covariances": (covariances.shape, (k, dim, dim))}
+    wrong = [f"{field} {got} (expected {want})" for field, (got, want) in expected.items() if got != want]
+    if wrong or k == 0 or len(set(classes.tolist())) != k or classes.min() < 0 or classes.max() >= num_classes:
+        raise ValueError(f"site {site}: the server's released Gaussians do not fit this job's {num_classes} classes "
+                         f"and this site's {dim}-dimensional latents ({'; '.join(wrong) or f'classes {classes}'}); "
+                         "the site and the server must use the same job and autoencoder")
+    return weights, (classes.astype(np.int64), means.astype(np.float64), covariances.astype(np.float64))

@@ -41,8 +41,8 @@ class FedKTCSDParams(FederationParams):
                                          "the statistics)", low=0.0, high=0.9)
     reviewed_statistics: str = param("", "dataset key of the folder with the privacy officer's reviewed export "
                                          "(sent instead of recomputing); empty = compute")
-    evaluate: bool = param(False, "train a classifier on the synthetic set and score it at each site on "
-                                  "held-out images")
+    evaluate: bool = param(False, "train a classifier on the synthetic set and score it, and the released class "
+                                  "Gaussians as a classifier, at each site on held-out images")
     classifier_epochs: int = param(10, "passes of that classifier over the synthetic set, at least", low=1)
     classifier_min_steps: int = param(400, "optimiser steps (batches of 32) of that classifier, at least: a small "
                                            "synthetic set gets more passes", low=0)

@@ -6,12 +6,14 @@ fresh keys whose private halves stay in this executor's memory for this session 
 `shares` sends encrypted shares of this site's secrets to its peers through the server; `statistics` encodes
 the site's images (or takes the privacy officer's reviewed export) and sends only the masked fixed-point vector;
 `unmask` reveals the shares that let the server remove the masks of the survivors and of the sites lost after
-sharing; `evaluate` (optional) scores the server's classifier on the site's held-out images. Messages:
+sharing; `evaluate` (optional) scores the server's classifier and the released class Gaussians
+(`site_agent.fedkt_csd.latent_classifier`) on the site's held-out images. Messages:
 `fl_contract.fedkt_csd.protocol`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from nvflare.app_common.abstract.fl_model import FLModel
@@ -22,8 +24,9 @@ from fl_contract.fedkt_csd.classifier import build_ensemble, evaluate_classifier
 from fl_contract.job_params import FedKTCSDParams, job_params
 from fl_contract.job_privacy import DP_STATISTICS
 from fl_contract.models import load_numpy_params
-from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
+from fl_contract.models.dcae import LoadedAutoencoder, latent_shape, load_autoencoder
 from site_agent.fedkt_csd.export import ExportSettings, payload_sha256, read_export
+from site_agent.fedkt_csd.latent_classifier import LatentGaussianClassifier
 from site_agent.fedkt_csd.site_data import load_split, read_images, statistics_vector
 from site_agent.secure_aggregation.identity import SigningIdentity
 from site_agent.secure_aggregation.protocol import SecureAggregationSite, site_floor
@@ -80,11 +83,22 @@ class FedKTCSDTask(TaskExecutor):
         return FLModel(params=messages.revealed_params(self_seeds, mask_keys))
 
     def task_evaluate(self, model: FLModel, ctx: SiteContext) -> FLModel:
+        """Both the classifier and the released Gaussians scored on the same held-out images."""
+        loaded = self._loaded or load_autoencoder(ctx.data_dir(self.job.autoencoder), ctx.device)
+        weights, (classes, means, covariances) = protocol.split_evaluation(
+            model.params, ctx.site_name, len(self.classes), math.prod(latent_shape(loaded.model, self.job.image_size)))
         split = load_split(ctx.data_dir(self.job.dataset), self.classes, self.job.holdout_fraction, self.seed)
         held_out = read_images(split.holdout, self.job.image_size)
         classifier = build_ensemble(self.job.image_size, len(self.classes), self.job.classifier_members)
-        load_numpy_params(classifier, model.params)
-        return FLModel(metrics=evaluate_classifier(classifier, held_out.images, held_out.labels, self.classes))
+        load_numpy_params(classifier, weights)
+        try:
+            gaussians = LatentGaussianClassifier(loaded, classes, means, covariances, self.classes,
+                                                 ctx.config.compute.encode_batch_size)
+        except ValueError as err:
+            raise ValueError(f"site {ctx.site_name}: {err}") from err
+        metrics = evaluate_classifier(classifier, held_out.images, held_out.labels, self.classes)
+        latent = evaluate_classifier(gaussians, held_out.images, held_out.labels, self.classes)
+        return FLModel(metrics={**metrics, **{protocol.LATENT_PREFIX + k: v for k, v in latent.items()}})
 
     def _session_for(self, model: FLModel, ctx: SiteContext) -> SecureAggregationSite:
         session = model.meta.get(messages.SESSION)

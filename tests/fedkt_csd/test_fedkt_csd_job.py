@@ -111,10 +111,13 @@ def test_simulator_releases_synthetic_set_with_requested_counts_and_complete_man
     assert set(manifest["warnings"]) <= set(results["warnings"])  # classes of ~20 records: noise dominates
     budget = results["classifier"]  # 1 pass asked for; fewer than 32 images take 1 step a pass, so 3 passes
     assert (budget["images"], budget["epochs"], budget["steps"], budget["members"]) == (len(rows), 3, 3, 3)
-    assert set(results["evaluation"]) == set(SITES)
-    for metrics in results["evaluation"].values():
-        assert 0.0 <= metrics["balanced_accuracy"] <= 1.0 and metrics["num_test"] == 6
-        assert set(metrics["recall"]) <= set(PLAYERFL_CLASSES) and 1 <= metrics["predicted_classes"] <= 4
+    assert set(results["evaluation"]) == set(results["latent_evaluation"]) == set(SITES)
+    for site, metrics in results["evaluation"].items():  # the classifier, and the Gaussians on the same images
+        latent = results["latent_evaluation"][site]
+        assert 0.0 <= metrics["balanced_accuracy"] <= 1.0 and metrics["num_test"] == latent["num_test"] == 6
+        assert set(metrics["recall"]) == set(latent["recall"]) <= set(PLAYERFL_CLASSES)
+        assert 1 <= metrics["predicted_classes"] <= 4 and 1 <= latent["predicted_classes"] <= len(released)
+        assert 0.0 <= latent["balanced_accuracy"] <= 1.0
 
 
 @pytest.mark.simulator

@@ -1,5 +1,5 @@
 """What a FedKT-CSD site sends: two public keys, encrypted shares, one masked uint64 vector, shares for unmasking,
-the evaluation's metrics, nothing else.
+the evaluation's metrics (of the classifier and of the released Gaussians), nothing else.
 
 The site tasks run as FLARE runs them (through the shareable), driven by the server's own secure-sum sequence.
 """
@@ -121,18 +121,33 @@ def test_site_refuses_a_server_with_another_autoencoder(federation, tmp_path):
         _task().task_keys(_announce(other), contexts["site-1"])
 
 
-def test_evaluation_sends_only_the_documented_metrics(federation):
-    _, contexts = federation
+def _evaluate_message(dim: int = 128) -> FLModel:
+    """An evaluate task: an untrained ensemble and Gaussians of MEL and BCC (NV and BKL withheld)."""
     ensemble = build_ensemble(64, len(CLASSES), FedKTCSDParams().classifier_members)
-    classifier = FLModel(params=state_dict_to_numpy(ensemble))
+    gaussians = protocol.gaussians_params(np.array([0, 2]), np.zeros((2, dim)), np.stack([np.eye(dim) * 30.0] * 2))
+    return FLModel(params={**state_dict_to_numpy(ensemble), **gaussians})
 
-    sent = over_the_wire(_task().task_evaluate(classifier, contexts["site-1"]))
 
-    recall = {key for key in sent.metrics if key.startswith(protocol.RECALL_PREFIX)}
-    assert set(sent.metrics) - recall == set(protocol.EVALUATION_METRICS)
-    assert recall and recall <= {protocol.RECALL_PREFIX + name for name in CLASSES}
+def test_evaluation_sends_only_the_documented_metrics_of_the_classifier_and_of_the_gaussians(federation):
+    _, contexts = federation
+
+    sent = over_the_wire(_task().task_evaluate(_evaluate_message(), contexts["site-1"]))
+
+    latent = {key for key in sent.metrics if key.startswith(protocol.LATENT_PREFIX)}
+    for keys, prefix in ((set(sent.metrics) - latent, ""), (latent, protocol.LATENT_PREFIX)):
+        recall = {key for key in keys if key.startswith(prefix + protocol.RECALL_PREFIX)}
+        assert keys - recall == {prefix + name for name in protocol.EVALUATION_METRICS}
+        assert recall and recall <= {prefix + protocol.RECALL_PREFIX + name for name in CLASSES}
+    assert sent.metrics[protocol.LATENT_PREFIX + protocol.PREDICTED_CLASSES] <= 2  # withheld classes never predicted
     assert all(isinstance(value, float) for value in sent.metrics.values())
     assert not sent.params and not sent.meta
+
+
+def test_a_site_refuses_gaussians_that_do_not_fit_its_autoencoder(federation):
+    _, contexts = federation
+
+    with pytest.raises(ValueError, match=r"site site-1: .*128-dimensional latents.*same job and autoencoder"):
+        _task().task_evaluate(_evaluate_message(dim=64), contexts["site-1"])
 
 
 def _task():

@@ -85,5 +85,5 @@ def test_the_comparison_table_shows_each_score_and_the_site_weighted_one():
     assert weighted is not None and weighted.groups() == ("0.875", "0.625")  # (0.5*10 + 1*30) / 40, (2.5 + 22.5) / 40
     assert re.search(r"site-1\s+10\s+0\.500\s+0\.250", table)
     assert "epsilon 10.0" in table
-    assert "FedKT-CSD's score is one secret DP noise draw" in table  # one run is not the method's average
+    assert "FedKT-CSD's scores are one secret DP noise draw" in table  # one run is not the method's average
     assert weighted_balanced_accuracy(scores["FedKT-CSD"]) == pytest.approx(0.875)
