@@ -43,10 +43,9 @@ from federation_tools.fedkt_references import (
     read_sites,
     reference_scores,
     site_scores,
-    weighted_balanced_accuracy,
 )
 from fl_contract.fedkt_csd.classifier import train_job_ensemble
-from fl_contract.fedkt_csd.protocol import RECALL_PREFIX
+from fl_contract.fedkt_csd.protocol import RECALL_PREFIX, weighted_balanced_accuracy
 from fl_contract.fedkt_csd.wire import ClassStatistics, from_ring
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
 from jobs.fedkt_csd.spec import FedKTCSDParams

@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -105,10 +104,3 @@ def reference_scores(folders: Mapping[str, Path], job: FedKTCSDParams) -> dict[s
 def site_scores(model: nn.Module, sites: list[SiteImages], job: FedKTCSDParams) -> dict[str, dict[str, float]]:
     """`evaluate_classifier` on each site's held-out images: what the job's evaluation round returns."""
     return {s.site: evaluate_classifier(model, s.held_out.images, s.held_out.labels, job.classes) for s in sites}
-
-
-def weighted_balanced_accuracy(scores: Mapping[str, Mapping[str, float]]) -> float:
-    """The sites' balanced accuracies weighted by their number of held-out images."""
-    sizes = np.array([m["num_test"] for m in scores.values()], dtype=np.float64)
-    values = np.array([m["balanced_accuracy"] for m in scores.values()], dtype=np.float64)
-    return float(sizes @ values / sizes.sum())

@@ -16,7 +16,8 @@ from typing import Any
 from federation_tools.admin import JobOutcome
 from federation_tools.demo_data import isic_demo_folder, isic_demo_site
 from federation_tools.demo_job import DemoJob
-from federation_tools.fedkt_references import reference_scores, weighted_balanced_accuracy
+from federation_tools.fedkt_references import reference_scores
+from fl_contract.fedkt_csd.protocol import weighted_balanced_accuracy
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
 from site_agent.fedkt_csd.demo_autoencoder import describe_quality, read_quality
 

@@ -1,7 +1,8 @@
 """A finished job's report on the study lead's page (`/jobs/JOB_ID`), from the results this admin downloaded
 (`fl-job submit` and the console's `download_job` put them in `<admin kit>/transfer/JOB_ID/`): its parameters,
-status and stop reason, per round the sites' outcomes and the validation curves, and for a segmentation job the
-Dice plot `fl-seg-report` draws. Nothing is asked of the server: a job not downloaded has no report yet.
+status and stop reason, per round the sites' outcomes and the validation curves, for a segmentation job the
+Dice plot `fl-seg-report` draws, and for FedKT-CSD its class grids and both models of its evaluation round scored at
+each site. Nothing is asked of the server: a job not downloaded has no report yet.
 
 A job id is looked up only among the jobs the server listed and must be a FLARE job id (a UUID), so no request
 reads a file outside the downloads.
@@ -15,11 +16,12 @@ import json
 import re
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from federation_tools.status.progress import Progress, progress_of
+from fl_contract.fedkt_csd.protocol import weighted_balanced_accuracy
 from server_app.fedkt_outputs import GRID_DIR
 from server_app.progress import PROGRESS_STATS, round_progress
 from server_app.results import RESULTS_FILE
@@ -48,6 +50,23 @@ class JobReport:
     figures: list[tuple[str, str]]
     """The kind's own report figures: (caption, base64 PNG)."""
     results_file: str
+    scores: list[ScoreTable] = field(default_factory=list)
+    """The kind's models scored at the sites (FedKT-CSD's evaluation round)."""
+
+
+@dataclass(frozen=True)
+class ScoreTable:
+    """One model scored on each site's held-out images: per site its images, balanced accuracy and the recall of each
+    class it holds (None: the site holds none of the class), and the site-weighted balanced accuracy."""
+
+    caption: str
+    classes: list[str]
+    rows: list[tuple[str, int, float, list[float | None]]]
+    weighted: float
+
+
+FEDKT_SCORES = (("evaluation", "classifier trained on the synthetic set"),
+                ("latent_evaluation", "the released class Gaussians as a classifier of the encoded images"))
 
 
 def results_path(downloads: Path, job_id: str) -> Path | None:
@@ -91,6 +110,20 @@ def _figures(path: Path, modified: float, kind: str) -> tuple[tuple[str, str], .
     return ()
 
 
+def score_tables(results: dict[str, Any], kind: str) -> list[ScoreTable]:
+    """FedKT-CSD's evaluation round, both models; nothing for another kind or a run without the round."""
+    tables = []
+    for key, caption in FEDKT_SCORES if kind == FEDKT_CSD else ():
+        sites = results.get(key) or {}
+        if not sites:
+            continue
+        classes = sorted({name for metrics in sites.values() for name in metrics.get("recall", {})})
+        rows = [(site, int(m["num_test"]), float(m["balanced_accuracy"]),
+                 [m.get("recall", {}).get(name) for name in classes]) for site, m in sorted(sites.items())]
+        tables.append(ScoreTable(caption, classes, rows, weighted_balanced_accuracy(sites)))
+    return tables
+
+
 def job_report(downloads: Path, job_id: str, kind: str) -> JobReport | None:
     """The report of a downloaded job, or None when it was not downloaded here."""
     path = results_path(downloads, job_id)
@@ -110,7 +143,8 @@ def job_report(downloads: Path, job_id: str, kind: str) -> JobReport | None:
         job_id=job_id, kind=kind, status=str(results.get("status", "")), reason=str(results.get("error", "")),
         params=sorted((str(k), json.dumps(v)) for k, v in (params.items() if isinstance(params, dict) else [])),
         rounds=[{"round": r.get("round"), "outcomes": r.get("outcomes", {})} for r in rounds],
-        progress=seen, figures=figures, results_file=str(path.relative_to(Path(downloads))))
+        progress=seen, figures=figures, results_file=str(path.relative_to(Path(downloads))),
+        scores=score_tables(results, kind) if isinstance(results, dict) else [])
 
 
 def add_job_reports(app: Flask, source: Callable[[], StudyStatus], downloads: Path) -> None:

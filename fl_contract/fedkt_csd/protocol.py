@@ -61,6 +61,13 @@ def check_announcement(meta: Mapping[str, Any], site: str, classes: Sequence[str
     return str(meta[messages.SESSION])
 
 
+def weighted_balanced_accuracy(scores: Mapping[str, Mapping[str, float]]) -> float:
+    """An evaluation's site-weighted balanced accuracy: the sites' `balanced_accuracy` weighted by `num_test`."""
+    sizes = np.array([m["num_test"] for m in scores.values()], dtype=np.float64)
+    values = np.array([m["balanced_accuracy"] for m in scores.values()], dtype=np.float64)
+    return float(sizes @ values / sizes.sum())
+
+
 def gaussians_params(classes: np.ndarray, means: np.ndarray, covariances: np.ndarray) -> dict[str, np.ndarray]:
     """The released class Gaussians as evaluate-task params: (K,) class indices, (K, d) means, (K, d, d)
     covariances."""

@@ -16,9 +16,9 @@ from federation_tools.fedkt_references import (
     fedavg_classifier,
     read_sites,
     reference_scores,
-    weighted_balanced_accuracy,
 )
 from fl_contract.fedkt_csd.classifier import build_classifier, train_classifier
+from fl_contract.fedkt_csd.protocol import weighted_balanced_accuracy
 from fl_contract.models import state_dict_to_numpy
 from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.site_data import load_split
