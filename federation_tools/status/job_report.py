@@ -124,6 +124,14 @@ def score_tables(results: dict[str, Any], kind: str) -> list[ScoreTable]:
     return tables
 
 
+def _scores(results: Any, kind: str) -> list[ScoreTable]:
+    """`score_tables`, or none for results it cannot read (a hand-edited or foreign file): the rest still shows."""
+    try:
+        return score_tables(results, kind)
+    except (AttributeError, KeyError, ValueError, TypeError):
+        return []
+
+
 def job_report(downloads: Path, job_id: str, kind: str) -> JobReport | None:
     """The report of a downloaded job, or None when it was not downloaded here."""
     path = results_path(downloads, job_id)
@@ -144,7 +152,7 @@ def job_report(downloads: Path, job_id: str, kind: str) -> JobReport | None:
         params=sorted((str(k), json.dumps(v)) for k, v in (params.items() if isinstance(params, dict) else [])),
         rounds=[{"round": r.get("round"), "outcomes": r.get("outcomes", {})} for r in rounds],
         progress=seen, figures=figures, results_file=str(path.relative_to(Path(downloads))),
-        scores=score_tables(results, kind) if isinstance(results, dict) else [])
+        scores=_scores(results, kind))
 
 
 def add_job_reports(app: Flask, source: Callable[[], StudyStatus], downloads: Path) -> None:

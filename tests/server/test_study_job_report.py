@@ -99,6 +99,10 @@ def test_a_fedkt_csd_job_reports_both_models_of_its_evaluation_round_per_site(tm
     assert cnn.rows == [("site-1", 10, 1.0, [1.0, 1.0, None]), ("site-2", 30, 0.5, [None, 1.0, 0.0])]
     assert cnn.weighted == pytest.approx(0.625) and latents.weighted == pytest.approx(0.8125)  # weights 10 and 30
     assert job_report(tmp_path, job_id, "playerfl").scores == []  # another kind's results are not read as these
+    broken = str(uuid.uuid4())
+    _download(tmp_path, broken, {**FEDKT_RESULTS, "evaluation": {"site-1": {"recall": {}}}})  # no scores in it
+    report = job_report(tmp_path, broken, "fedkt-csd")
+    assert report is not None and report.status == "finished" and report.scores == []  # the rest of the page shows
 
 
 def test_the_study_lead_sees_the_fedkt_csd_scores_in_the_browser(tmp_path: Path) -> None:
