@@ -178,8 +178,9 @@ class FedKTCSDController(SiteAwareController):
         missing = sorted(set(sites) - set(results))
         if missing:
             self._warn(f"site(s) {', '.join(missing)} returned no evaluation")
-        scores = {site: _site_scores(results[site].metrics) for site in sorted(results)}
-        latent = {site: _site_scores(results[site].metrics, protocol.LATENT_PREFIX) for site in sorted(results)}
+        split = {site: protocol.split_metrics(results[site].metrics) for site in sorted(results)}
+        scores = {site: _site_scores(classifier) for site, (classifier, _) in split.items()}
+        latent = {site: _site_scores(gaussians) for site, (_, gaussians) in split.items()}
         constant = [site for site, m in scores.items() if m[protocol.PREDICTED_CLASSES] == 1 and len(m["recall"]) > 1]
         if constant:
             self._warn(f"the classifier predicts a single class on the held-out images of {', '.join(constant)}")
@@ -202,12 +203,9 @@ def secure_statistics(secagg: SecureAggregation, announcement: dict[str, Any], s
     return secure_sum(secagg, protocol.TASK_STATISTICS, send, log, warn, "masked statistics")
 
 
-def _site_scores(metrics: dict[str, float], model_prefix: str = "") -> dict[str, Any]:
-    """A site's metrics of one model, with the `recall_<class>` entries gathered under `recall`. `model_prefix`
-    "" takes the classifier's (every key without `protocol.LATENT_PREFIX`), LATENT_PREFIX the Gaussians'."""
-    own = {k[len(model_prefix):]: float(v) for k, v in metrics.items()
-           if k.startswith(model_prefix) and (model_prefix or not k.startswith(protocol.LATENT_PREFIX))}
+def _site_scores(metrics: dict[str, float]) -> dict[str, Any]:
+    """A site's metrics of one model with the `recall_<class>` entries gathered under `recall`."""
     prefix = protocol.RECALL_PREFIX
-    scores: dict[str, Any] = {k: v for k, v in own.items() if not k.startswith(prefix)}
-    scores["recall"] = {k[len(prefix):]: v for k, v in own.items() if k.startswith(prefix)}
+    scores: dict[str, Any] = {k: float(v) for k, v in metrics.items() if not k.startswith(prefix)}
+    scores["recall"] = {k[len(prefix):]: float(v) for k, v in metrics.items() if k.startswith(prefix)}
     return scores

@@ -68,6 +68,17 @@ def weighted_balanced_accuracy(scores: Mapping[str, Mapping[str, float]]) -> flo
     return float(sizes @ values / sizes.sum())
 
 
+def evaluation_metrics(classifier: Mapping[str, float], gaussians: Mapping[str, float]) -> dict[str, float]:
+    """The evaluate task's answer: the classifier's metrics as they are, the Gaussians' prefixed LATENT_PREFIX."""
+    return {**classifier, **{LATENT_PREFIX + k: v for k, v in gaussians.items()}}
+
+
+def split_metrics(metrics: Mapping[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """(the classifier's, the Gaussians') metrics of an `evaluation_metrics` answer, each without the prefix."""
+    latent = {k[len(LATENT_PREFIX):]: v for k, v in metrics.items() if k.startswith(LATENT_PREFIX)}
+    return {k: v for k, v in metrics.items() if not k.startswith(LATENT_PREFIX)}, latent
+
+
 def gaussians_params(classes: np.ndarray, means: np.ndarray, covariances: np.ndarray) -> dict[str, np.ndarray]:
     """The released class Gaussians as evaluate-task params: (K,) class indices, (K, d) means, (K, d, d)
     covariances."""

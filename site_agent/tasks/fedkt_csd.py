@@ -96,9 +96,9 @@ class FedKTCSDTask(TaskExecutor):
                                                  ctx.config.compute.encode_batch_size)
         except ValueError as err:
             raise ValueError(f"site {ctx.site_name}: {err}") from err
-        metrics = evaluate_classifier(classifier, held_out.images, held_out.labels, self.classes)
-        latent = evaluate_classifier(gaussians, held_out.images, held_out.labels, self.classes)
-        return FLModel(metrics={**metrics, **{protocol.LATENT_PREFIX + k: v for k, v in latent.items()}})
+        return FLModel(metrics=protocol.evaluation_metrics(
+            evaluate_classifier(classifier, held_out.images, held_out.labels, self.classes),
+            evaluate_classifier(gaussians, held_out.images, held_out.labels, self.classes)))
 
     def _session_for(self, model: FLModel, ctx: SiteContext) -> SecureAggregationSite:
         session = model.meta.get(messages.SESSION)
