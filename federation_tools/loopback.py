@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 SERVER_MODULE = "nvflare.private.fed.app.server.server_train"
 SLOW_START_MODULE = "federation_tools.slow_start"
+AS_SERVICE_MODULE = "federation_tools.as_service"
 CLIENT_MODULE = "nvflare.private.fed.app.client.client_train"
 SERVER_STARTED = b"root - INFO - Server started"
 
@@ -117,10 +118,12 @@ class LoopbackFederation:
                            prefix)
 
     def start_site_agent(self, name: str) -> Participant:
-        """Start a site as its IT runs it, and as its service does after a reboot: `site-agent start --kit KIT`
-        (which checks the kit and starts the FLARE client as its child); `wait_for_sites` waits for it to join."""
+        """Start a site as its service does after a reboot: the systemd unit's `site-agent start --kit KIT
+        --timeout 30` (which checks the kit and starts the FLARE client as its child), started again as the unit's
+        Restart=on-failure says when it gives up (federation_tools.as_service); `wait_for_sites` waits for it to
+        join."""
         kit = self.federation.kit(name)
-        return self._run(name, kit, [self.python, "-u", "-m", "site_agent.cli", "start", "--kit", str(kit)])
+        return self._run(name, kit, [self.python, "-u", "-m", AS_SERVICE_MODULE, str(kit)])
 
     def bring_up(self, admin: str) -> None:
         """Start the server and every site that is not running now (all at first; later, the ones killed), then

@@ -92,6 +92,7 @@ def test_job_kind_survives_a_dead_site_a_server_restart_and_an_abort(fault_feder
     resumes and completes every round); a second run of the job, beside the resumed one (FLARE runs up to 4 jobs at
     once), is aborted and keeps its completed rounds."""
     federation, loopback = fault_federation
+    loopback.bring_up(ADMIN)  # whole, whatever an earlier test left down
     kind, params = GAUNTLET[name]
     job_dir = export(build_job(kind, params), tmp_path)
     session = loopback.session(ADMIN)
@@ -125,12 +126,14 @@ def test_job_kind_survives_a_dead_site_a_server_restart_and_an_abort(fault_feder
 
 def test_a_rebooted_playerfl_site_comes_back_into_its_job_with_its_personal_layers(fault_federation, tmp_path):
     """site-3's machine "reboots" during a PLayer-FL job: every process of its kit is killed and, 15 s later, its
-    service runs `site-agent start` as site IT set it up. The server deploys the running job to it again; it is
-    sent the round still waiting for it (every site is required) and starts from the state it saved after its last
-    round before the reboot (its personal layers as it left them; a site back after missed rounds starts from the
-    newest one it saved, test_playerfl_wire.py); the job completes with site-3 in every round and in the
-    personalised-against-global matrix of its cross-site evaluation."""
+    service runs `site-agent start` as the unit `site-agent service` wrote says (and again 15 s after a start that
+    gave up on a registration slowed by the load, as the unit's Restart=on-failure does). The server deploys the
+    running job to it again; it is sent the round still waiting for it (every site is required) and starts from the
+    state it saved after its last round before the reboot (its personal layers as it left them; a site back after
+    missed rounds starts from the newest one it saved, test_playerfl_wire.py); the job completes with site-3 in
+    every round and in the personalised-against-global matrix of its cross-site evaluation."""
     federation, loopback = fault_federation
+    loopback.bring_up(ADMIN)  # whole, whatever an earlier test left down
     # every site required: the round waits for site-3 (quorum_wait_s), however long its reboot takes under load
     params = PLayerFLParams(**{**DEMO_JOB_ARGS, "num_rounds": 4, "local_epochs": 1, "min_clients": 3,
                                "quorum_wait_s": 300.0, "cross_site_evaluation": True})
@@ -142,7 +145,8 @@ def test_a_rebooted_playerfl_site_comes_back_into_its_job_with_its_personal_laye
         loopback.kill_participant("site-3")
         time.sleep(15)
         loopback.start_site_agent("site-3")
-        loopback.wait_for_sites(ADMIN, SITES)
+        # under load a start can give up on registration (its --timeout 30) and the unit start it again 15 s later
+        loopback.wait_for_sites(ADMIN, SITES, timeout=180)
         outcome = follow_job(session, job_id, timeout=600, progress=None)
     finally:
         session.close()
@@ -171,6 +175,7 @@ def test_one_model_kinds_go_on_without_a_dead_site_and_stop_named_on_a_server_re
     interrupted job the sites were still ending their orphaned job processes (10 s each) when the next job was
     deployed, which FLARE then failed to run."""
     federation, loopback = fault_federation
+    loopback.bring_up(ADMIN)  # whole, whatever an earlier test left down
     job_dirs = [export(build_job(INFERENCE_KIND, INFERENCE), tmp_path / "inference"),
                 export(build_job(EVALUATION_KIND, EVALUATION), tmp_path / "evaluation"),
                 export(build_job(ISIC_EVALUATION_KIND, ISIC_EVALUATION), tmp_path / "isic-evaluation")]

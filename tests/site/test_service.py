@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from support import free_port
 
+from federation_tools.as_service import Service, run, unit_settings
 from provisioning.provision import Federation, customise, load_template, provision
 from site_agent.kit.service import unit_for
 from site_agent.kit.start import EXIT_REFUSED, EXIT_UNAVAILABLE, Watchdog, exit_status, notify
@@ -25,21 +26,12 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
     return provision(project, tmp_path_factory.mktemp("kits"))
 
 
-def _settings(unit: str) -> dict[str, list[str]]:
-    settings: dict[str, list[str]] = {}
-    for line in unit.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and not line.startswith("#"):
-            settings.setdefault(key, []).append(value)
-    return settings
-
-
 def test_site_unit_runs_the_start_check_and_restarts_what_can_recover(federation):
     kit = federation.kit("site-1")
 
     name, unit = unit_for(kit, user="flare", timeout=30, bin_dir=Path("/opt/fl/venv/bin"))
 
-    settings = _settings(unit)
+    settings = unit_settings(unit)
     assert name == "fl-site-1.service"
     assert settings["ExecStart"] == [f"/opt/fl/venv/bin/site-agent start --kit {kit} --timeout 30"]
     assert settings["WorkingDirectory"] == [str(kit)] and settings["User"] == ["flare"]
@@ -57,7 +49,7 @@ def test_the_status_page_switch_serves_the_site_page_from_the_unit(federation):
 
     _, unit = unit_for(kit, user="flare", timeout=30, bin_dir=Path("/opt/fl/venv/bin"), status_port=8442)
 
-    assert _settings(unit)["ExecStart"] == [
+    assert unit_settings(unit)["ExecStart"] == [
         f"/opt/fl/venv/bin/site-agent start --kit {kit} --timeout 30 --status-port 8442"]
 
 
@@ -66,7 +58,7 @@ def test_server_unit_runs_flare_server_as_its_start_script_does(federation):
 
     name, unit = unit_for(kit, user="flare", bin_dir=Path("/opt/fl/venv/bin"))
 
-    settings = _settings(unit)
+    settings = unit_settings(unit)
     assert name == f"fl-server-{federation.server}.service"
     assert settings["ExecStart"] == [
         f"/opt/fl/venv/bin/python -u -m nvflare.private.fed.app.server.server_train -m {kit} -s fed_server.json "
@@ -80,7 +72,7 @@ def test_unit_runs_as_the_kit_owner_with_this_environment_by_default(federation)
 
     _, unit = unit_for(kit)
 
-    assert _settings(unit)["User"] == [kit.owner()]
+    assert unit_settings(unit)["User"] == [kit.owner()]
     assert f"ExecStart={BIN / 'site-agent'} start --kit {kit} --timeout 30" in unit
 
 
@@ -133,3 +125,26 @@ def test_watchdog_is_silent_without_systemd(monkeypatch):
 @pytest.mark.parametrize("returncode, status", [(-9, 137), (-15, 143), (3, 3), (0, EXIT_UNAVAILABLE)])
 def test_a_client_that_ends_by_itself_ends_start_with_a_failure(returncode, status):
     assert exit_status(returncode) == status
+
+
+def test_a_kit_run_as_its_unit_runs_the_units_command_and_restarts_it_as_the_unit_says(federation):
+    """federation_tools.as_service, which the fault tests use to 'reboot' a site, reads the unit this product
+    writes rather than a copy of it."""
+    service = Service.for_kit(federation.kit("site-1"))
+
+    assert service.command == [str(BIN / "site-agent"), "start", "--kit", str(federation.kit("site-1")),
+                               "--timeout", "30"]
+    assert service.restart_s == 15 and service.final_statuses == {0, EXIT_REFUSED}
+
+
+@pytest.mark.parametrize("final", [0, EXIT_REFUSED])
+def test_a_failed_start_is_started_again_until_it_succeeds_or_is_refused(tmp_path, final):
+    """Two starts exit 69 (the server slow to register the site), the third exits `final`: three runs, `final`
+    returned; a refused kit (78) is not started again."""
+    runs = tmp_path / "runs"
+    script = (f"import sys, pathlib; p = pathlib.Path({str(runs)!r}); n = len(p.read_text()) if p.exists() else 0; "
+              f"p.write_text('x' * (n + 1)); sys.exit({EXIT_UNAVAILABLE} if n < 2 else {final})")
+
+    status = run(Service([sys.executable, "-c", script], restart_s=0.0, final_statuses=frozenset([0, EXIT_REFUSED])))
+
+    assert status == final and runs.read_text() == "xxx"
