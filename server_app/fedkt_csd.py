@@ -163,8 +163,8 @@ class FedKTCSDController(SiteAwareController):
 
         Returns `classifier` (each member's training budget, and the number of members), `evaluation` per site
         (accuracy, balanced accuracy, number of images, distinct predicted classes, `recall` per class) and
-        `latent_evaluation`, the Gaussians' same scores; a classifier that predicts one class on the synthetic set or
-        at a site is warned about.
+        `latent_evaluation`, the Gaussians' same scores; a classifier that predicts one class on the synthetic set, or
+        either model predicting one class at a site, is warned about.
         """
         images, labels, _ = outputs.read_synthetic_set(app_dir / outputs.SYNTHETIC_DIR)
         model = train_job_ensemble(images, labels, self.job)
@@ -181,9 +181,11 @@ class FedKTCSDController(SiteAwareController):
         split = {site: protocol.split_metrics(results[site].metrics) for site in sorted(results)}
         scores = {site: _site_scores(classifier) for site, (classifier, _) in split.items()}
         latent = {site: _site_scores(gaussians) for site, (_, gaussians) in split.items()}
-        constant = [site for site, m in scores.items() if m[protocol.PREDICTED_CLASSES] == 1 and len(m["recall"]) > 1]
-        if constant:
-            self._warn(f"the classifier predicts a single class on the held-out images of {', '.join(constant)}")
+        for model_predicts, per_site in (("the classifier predicts", scores),
+                                         ("the released Gaussians predict", latent)):
+            constant = single_class_sites(per_site)
+            if constant:
+                self._warn(f"{model_predicts} a single class on the held-out images of {', '.join(constant)}")
         self.info(f"evaluation of the synthetic-data classifier: {scores}; of the released Gaussians: {latent}")
         return {"classifier": {"images": budget.images, "epochs": budget.epochs, "steps": budget.steps,
                                "members": self.job.classifier_members,
@@ -201,6 +203,12 @@ def secure_statistics(secagg: SecureAggregation, announcement: dict[str, Any], s
     keys = send(protocol.TASK_KEYS, FLModel(params={}, meta=announcement), None)
     secagg.start({site: messages.read_keys(result.params) for site, result in keys.items()})
     return secure_sum(secagg, protocol.TASK_STATISTICS, send, log, warn, "masked statistics")
+
+
+def single_class_sites(scores: dict[str, dict[str, Any]]) -> list[str]:
+    """The sites where a model predicted one class for held-out images of several (`_site_scores` per site): it
+    has learnt nothing there, whatever its accuracy on a skewed site says."""
+    return [site for site, m in scores.items() if m[protocol.PREDICTED_CLASSES] == 1 and len(m["recall"]) > 1]
 
 
 def _site_scores(metrics: dict[str, float]) -> dict[str, Any]:

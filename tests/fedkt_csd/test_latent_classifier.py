@@ -9,6 +9,7 @@ import torch
 from fl_contract.fedkt_csd import protocol
 from fl_contract.fedkt_csd.classifier import evaluate_classifier
 from fl_contract.models.dcae import LoadedAutoencoder, build_tiny_dcae, load_autoencoder, save_autoencoder
+from server_app.fedkt_csd import single_class_sites
 from site_agent.fedkt_csd.latent_classifier import LatentGaussianClassifier
 from site_agent.fedkt_csd.stats import clip_latents, encode_latents
 
@@ -80,3 +81,13 @@ def test_the_evaluate_message_carries_the_gaussians_beside_the_weights_and_a_sit
                                                             np.stack([np.eye(8)] * 2)), "site-1", 4, 8)
     with pytest.raises(ValueError, match="site-2: the evaluate task carries no released Gaussians.*update it"):
         protocol.split_evaluation(weights, "site-2", 4, 8)
+
+
+def test_a_model_that_predicts_one_class_at_a_site_of_several_classes_is_named():
+    """The server warns about either model (the CNN or the Gaussians) by this: a site whose held-out images hold one
+    class only is not a constant model, however few classes it predicts there."""
+    scores = {"site-1": {protocol.PREDICTED_CLASSES: 1.0, "recall": {"MEL": 1.0, "NV": 0.0}},
+              "site-2": {protocol.PREDICTED_CLASSES: 2.0, "recall": {"MEL": 0.5, "NV": 1.0}},
+              "site-3": {protocol.PREDICTED_CLASSES: 1.0, "recall": {"NV": 1.0}}}
+
+    assert single_class_sites(scores) == ["site-1"]
