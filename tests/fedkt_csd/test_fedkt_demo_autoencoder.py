@@ -112,17 +112,20 @@ def test_an_autoencoder_below_the_gate_is_called_too_weak_and_one_above_is_not(c
 
 def test_the_shipped_demo_autoencoder_passes_its_gate_recomputed_from_its_weights():
     """The demo's autoencoder is loaded like a published checkpoint, and its quality.json is no claim: recomputed
-    from the weights (another machine may pick other float32 kernels, hence the tolerances), it passes the gate."""
+    from the weights (another machine may pick other float32 kernels, hence the tolerances), it passes the gate.
+    quality.json keeps each classifier seed's scores; the first seed's are recomputed (with all three seeds this
+    took 162 s in the suite; with one, 35 s on an idle core)."""
     stored = read_quality(DEMO_AUTOENCODER)
     loaded = load_autoencoder(DEMO_AUTOENCODER)
 
-    recomputed = measure_quality(loaded.model)
+    recomputed = measure_quality(loaded.model, classifier_seeds=1)
 
     assert stored is not None and passes_quality_gate(stored) and passes_quality_gate(recomputed)
     assert recomputed["held_out"] == stored["held_out"]
     assert recomputed["psnr_db"] == pytest.approx(stored["psnr_db"], abs=0.01)
-    assert recomputed["balanced_accuracy_reconstructions"] == pytest.approx(
-        stored["balanced_accuracy_reconstructions"], abs=0.05)
+    for images in ("reconstructions", "real"):
+        assert recomputed["per_classifier_seed"][images] == pytest.approx(
+            stored["per_classifier_seed"][images][:1], abs=0.05), images
     public = public_images(stored["training"]["images"])
     assert loaded.clip_norm == pytest.approx(median_latent_norm(loaded.model, public), rel=1e-5)
 
