@@ -22,15 +22,15 @@ import psutil
 
 from provisioning.provision import Federation
 from site_agent.kit.processes import kill_processes, stop_process_tree
+from site_agent.kit.service import SERVER_MODULE
+from site_agent.kit.start import CLIENT_MODULE
 from site_agent.kit.startup import certificate_organisation
 
 if TYPE_CHECKING:
     from nvflare.fuel.flare_api.flare_api import Session
 
-SERVER_MODULE = "nvflare.private.fed.app.server.server_train"
 SLOW_START_MODULE = "federation_tools.slow_start"
 AS_SERVICE_MODULE = "federation_tools.as_service"
-CLIENT_MODULE = "nvflare.private.fed.app.client.client_train"
 SERVER_STARTED = b"root - INFO - Server started"
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from nvflare.private.fed.app import utils
 
-from federation_tools.loopback import SERVER_MODULE
+from site_agent.kit.service import SERVER_MODULE
 
 
 def main() -> None:
