@@ -134,6 +134,7 @@ class RoundWorkflow(SiteAwareController):
             self._round_index = round_index
             self.rejoined_sites(self.site_names())  # a site being deployed the job again takes part in this round
             message = self.round_message(round_index)
+            sent_at = time.time()
             results = self.send(TRAIN_TASK, message.params, round_index, message.meta)
             if self.abort_signal.triggered:
                 self.stopped(f"round {round_index + 1}", results, round_index)
@@ -151,7 +152,7 @@ class RoundWorkflow(SiteAwareController):
                 return intake, waited
             outcomes = self.outcomes(intake)
             started = time.monotonic()
-            back, awaited = self.await_sites(intake.no_result, deadline)
+            back, awaited = self.await_sites(intake.no_result, deadline, sent_at)
             for site in awaited:
                 waited[site] = round(waited.get(site, 0.0) + time.monotonic() - started, 1)
             if self.abort_signal.triggered:
@@ -228,16 +229,19 @@ class RoundWorkflow(SiteAwareController):
             raise RoundInterrupted(task)
         return {site_name(r): r for r in results}
 
-    def await_sites(self, missing: list[str], deadline: float) -> tuple[list[str], list[str]]:
+    def await_sites(self, missing: list[str], deadline: float, sent_at: float) -> tuple[list[str], list[str]]:
         """The missing sites that came back before `deadline` (FLARE had deemed them disconnected and now hears their
         job again, or the server has deployed the job again to a site that registered again), once enough sites are
         live for the round; [] when the deadline passed first or the run was aborted. A site whose task failed, or
-        that never went away, is not waited for: sending it the round again would only repeat its answer. Returns
-        (the sites back, the sites waited for)."""
+        that never went away, is not waited for: sending it the round again would only repeat its answer. A site
+        whose job was started again after the round was sent (`sent_at`, wall clock) is back already: the round went
+        to its old job process, so it is sent again (a race the restart test met: the site was back 3.8 s after it
+        registered, before the round closed without it, and the round failed for want of it). Returns (the sites
+        back, the sites waited for)."""
         failed = self.failed_sites()
         missing = [site for site in missing if site not in failed]
         gone = {site for site in missing if self.communicator.get_client_disconnect_time(site)} | \
-            self.sites_being_redeployed(missing)
+            self.sites_being_redeployed(missing) | self.sites_rejoined_since(missing, sent_at)
         if not gone or time.monotonic() >= deadline:
             return [], []
         self.warning(f"fewer than {self.job.min_clients} sites answered; waiting up to "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +69,12 @@ def last_event_by_site(run_dir: Path, since: float = 0.0) -> dict[str, SiteEvent
         if event.time >= since:
             latest[event.site] = event
     return latest
+
+
+def rejoined_since(run_dir: Path, sites: Iterable[str], since: float) -> set[str]:
+    """The `sites` whose latest event is their job started again (REJOINED), at or after `since` (wall clock)."""
+    events = last_event_by_site(run_dir, since)
+    return {site for site in sites if site in events and events[site].kind == REJOINED}
 
 
 def describe(event: SiteEvent) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 import zipfile
 from pathlib import Path
 
@@ -16,7 +17,16 @@ from server_app.checkpoint import (
     record_resumer,
     run_checkpoint,
 )
-from server_app.site_events import CLIENT_GONE, JOB_PROCESS_FAILED, append_event, describe, last_event_by_site
+from server_app.site_events import (
+    CLIENT_GONE,
+    JOB_PROCESS_FAILED,
+    REJOINED,
+    RETURNED,
+    append_event,
+    describe,
+    last_event_by_site,
+    rejoined_since,
+)
 
 CONFIG = {"workflow": "fedavg", "num_rounds": 5, "seed": 0}
 
@@ -93,3 +103,17 @@ def test_site_events_name_the_latest_reason_per_site(tmp_path):
     latest = last_event_by_site(tmp_path)
 
     assert list(latest) == ["site-2"] and describe(latest["site-2"]) == "its job process failed (exit code 101)"
+
+
+def test_a_site_started_again_after_a_round_was_sent_is_back_for_that_round(tmp_path):
+    """RoundWorkflow.await_sites sends a round again to a site whose job was started again after the round was sent
+    (the round went to its old job process): only REJOINED at or after the send counts, not an earlier return, nor a
+    deploy still under way."""
+    append_event(tmp_path, "site-1", REJOINED, "its job was deployed and started again 2.0 s after it registered")
+    sent_at = time.time()
+    append_event(tmp_path, "site-2", RETURNED, "registered again")
+    append_event(tmp_path, "site-3", RETURNED, "registered again")
+    append_event(tmp_path, "site-3", REJOINED, "its job was deployed and started again 3.8 s after it registered")
+
+    assert rejoined_since(tmp_path, ["site-1", "site-2", "site-3"], sent_at) == {"site-3"}
+    assert rejoined_since(tmp_path, ["site-1", "site-2"], 0.0) == {"site-1"}
