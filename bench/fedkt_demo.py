@@ -11,7 +11,7 @@ round's classifier with the job's budget, scored on each site's held-out images.
 (the job's defaults but one classifier) and with one parameter changed (`VARIANTS`: class covariances shrunk toward
 the pooled one, one pooled covariance for all classes, the job's default ensemble of three classifiers instead of
 one), each over NOISE_DRAWS DP noise draws, since one draw alone moves the score by more than the difference between
-them. Beside it the references of `federation_tools.fedkt_references` (FedAvg of the same classifier, and one
+them. Beside it the references of `research.fedkt_references` (FedAvg of the same classifier, and one
 trained on the pooled real images) on the same held-out images, and the pooled classifier trained on the
 autoencoder's reconstructions of the same training images (what the autoencoder alone costs on the demo's data).
 Also the autoencoder's quality gate, recomputed here from the folder's weights. Default autoencoder: the demo one
@@ -33,22 +33,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import source_checkout  # noqa: F401  (sys.path: research/ and tests/harness/ of this checkout)
 import torch
 from readme_section import write_section
 
 from federation_tools.demo_data import DEMO_SITES
 from federation_tools.demos.fedkt_csd import DEMO_AUTOENCODER, DEMO_PARAMS, PARTITION, demo_site
-from federation_tools.fedkt_references import (
-    pooled_classifier,
-    read_sites,
-    reference_scores,
-    site_scores,
-)
 from fl_contract.fedkt_csd.classifier import train_job_ensemble
 from fl_contract.fedkt_csd.protocol import RECALL_PREFIX, weighted_balanced_accuracy
 from fl_contract.fedkt_csd.wire import ClassStatistics, from_ring
 from fl_contract.models.dcae import LoadedAutoencoder, load_autoencoder
 from jobs.fedkt_csd.spec import FedKTCSDParams
+from research.fedkt_references import (
+    pooled_classifier,
+    read_sites,
+    reference_scores,
+    site_scores,
+)
 from server_app.fedkt_outputs import to_uint8
 from server_app.fedkt_release import (
     ClassGaussians,

@@ -1,4 +1,4 @@
-"""What the userspace link emulator (federation_tools.link_emulator) costs: a bulk TCP transfer from a site's
+"""What the userspace link emulator (tests/harness/link_emulator.py) costs: a bulk TCP transfer from a site's
 namespace to the root namespace for a few seconds per condition, its payload rate and the emulator process's CPU
 (seconds, and percent of one core over the transfer), beside a plain veth link (the tbf kind with no rate: the
 kernel alone) in the same run. Needs root and /dev/net/tun.
@@ -15,7 +15,8 @@ import threading
 import time
 from typing import Any
 
-from federation_tools.wan import EmulatedLink, namespaces_unavailable
+import source_checkout  # noqa: F401  (sys.path: research/ and tests/harness/ of this checkout)
+from harness.wan import EmulatedLink, namespaces_unavailable
 
 CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("veth (kernel only)", "tbf", {}),

@@ -7,7 +7,7 @@ method on a tuning seed that is not an evaluation seed (the rate with the best t
 macro-F1 of the sites' chosen models wins); then every method at its rate over the evaluation seeds (seed: initial
 weights, data split, shuffling, augmentation). PLayer-FL runs first for each seed, so PLayer-FL-Random leaves its p out
 of the draw. Each run is the exported job's own controller and site tasks in one process
-(`federation_tools.playerfl_inprocess`; FLARE's simulator would take about 2 minutes a run). The report
+(`research.playerfl_inprocess`; FLARE's simulator would take about 2 minutes a run). The report
 (`reports.playerfl`): medians with the lowest and highest seed, mean ranks for macro-F1, fairness and incentivisation,
 Friedman and Wilcoxon tests, the splits.
 
@@ -28,18 +28,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import source_checkout  # noqa: F401  (sys.path: research/ and tests/harness/ of this checkout)
 import torch
 from PIL import Image, ImageFilter
 from readme_section import write_section
 
-from federation_tools.playerfl_compare import write_demo_sites
-from federation_tools.playerfl_inprocess import run_in_process
 from fl_contract.playerfl.protocol import METHODS
 from jobs.playerfl.spec import PLayerFLParams
 from reports.playerfl import load_runs, write_report
 from reports.playerfl.ranks import markdown as ranks_markdown
 from reports.playerfl.ranks import rankings
 from reports.playerfl.table import markdown, method_table
+from research.playerfl_compare import write_demo_sites
+from research.playerfl_inprocess import run_in_process
 from server_app.metrics import WEIGHT
 from site_agent.data.isic import IMAGE_FOLDER
 

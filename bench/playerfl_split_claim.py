@@ -16,7 +16,7 @@ ways, data seed fixed:
 - both: the labels partition, then the appearance looks.
 
 Per federation and seed (seed: initial weights, data split, shuffling, augmentation; the same at every kind), the job's
-own controller and site tasks in one process (`federation_tools.playerfl_inprocess`, as `playerfl_compare.py`):
+own controller and site tasks in one process (`research.playerfl_inprocess`, as `playerfl_compare.py`):
 PLayer-FL at the job's defaults (t = 1.5, total normalisation), then PLayer-FL with the split rule replaced by each
 fixed p = 1..L-1 (the same sites, curves and seed; the run at PLayer-FL's own p is PLayer-FL's). Reported: each site's
 and the federation's p, p under the other normalisation and over the t grid (from the same curves), the per-layer curves
@@ -40,12 +40,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import source_checkout  # noqa: E402, F401  (sys.path: research/ and tests/harness/ of this checkout)
 import torch  # noqa: E402
 from PIL import Image, ImageFilter  # noqa: E402
 from readme_section import write_section  # noqa: E402
 
-from federation_tools.playerfl_inprocess import run_in_process  # noqa: E402
 from jobs.playerfl.spec import PLayerFLParams  # noqa: E402
+from research.playerfl_inprocess import run_in_process  # noqa: E402
 from server_app import playerfl_split  # noqa: E402
 from server_app.metrics import WEIGHT  # noqa: E402
 from server_app.playerfl_split import (  # noqa: E402

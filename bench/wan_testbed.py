@@ -1,5 +1,5 @@
 """The WAN test bed: a provisioned federation whose sites each sit in a network namespace behind an emulated link
-(federation_tools.wan: veth + `tc tbf`, or TUN devices with the userspace link emulator for delay and loss), the
+(tests/harness/wan.py: veth + `tc tbf`, or TUN devices with the userspace link emulator for delay and loss), the
 server in the root namespace, jobs submitted and followed through the FLARE API as `fl-job submit` does. Each case's
 time is reported as a ratio to the LAN run of the same job in the same run (the same namespaces and link kind, links
 unlimited).
@@ -44,9 +44,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import source_checkout  # noqa: F401  (sys.path: research/ and tests/harness/ of this checkout)
+from harness.wan import LINK_KINDS, EmulatedLink, namespaces_unavailable
+
 from federation_tools.admin import follow_job
 from federation_tools.loopback import LoopbackFederation, free_port
-from federation_tools.wan import LINK_KINDS, EmulatedLink, namespaces_unavailable
 from fl_contract.params import JobParams
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND as LINEAR

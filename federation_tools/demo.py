@@ -99,8 +99,6 @@ def run_demo(workspace: Path, job_names: list[str], port: int | None = None) -> 
                     return 1
                 print(f"results downloaded to {outcome.result_dir}")
                 print(job.summarise(outcome))
-                if job.references:
-                    print(job.references(workspace / "data", outcome))
                 outcomes[job.name] = outcome
         finally:
             session.close()

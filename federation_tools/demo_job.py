@@ -24,9 +24,6 @@ class DemoJob:
     make_site_data: Callable[[int, str, Path], dict[str, str]]  # (1-based index, site, data root) -> dataset folders
     summarise: Callable[[JobOutcome], str]
     server_models: Callable[[Path], dict[str, str]] | None = None  # (data root) -> model folders for server_app.json
-    references: Callable[[Path, JobOutcome], str] | None = None
-    """(data root, outcome) -> what the job's result is read against, computed in the demo's own process from every
-    site's data: only a demo holds all of it in one place, so a federation never prints these."""
     model_from: str | None = None
     """The earlier demo job whose server folder (its results, best model) is the model this job's `model` key names:
     the demo maps the key to it in server_app.json once that job has finished, as the lead would."""

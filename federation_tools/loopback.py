@@ -29,8 +29,6 @@ from site_agent.kit.startup import certificate_organisation
 if TYPE_CHECKING:
     from nvflare.fuel.flare_api.flare_api import Session
 
-SLOW_START_MODULE = "federation_tools.slow_start"
-AS_SERVICE_MODULE = "federation_tools.as_service"
 SERVER_STARTED = b"root - INFO - Server started"
 
 
@@ -61,13 +59,13 @@ class LoopbackFederation:
         self.python = python
         self.participants: dict[str, Participant] = {}
 
-    def _start(self, name: str, kit: Path, module: str, config: str, extra: list[str],
-               prefix: tuple[str, ...] = (), module_args: tuple[str, ...] = ()) -> Participant:
-        return self._run(name, kit, [*prefix, self.python, "-u", "-m", module, *module_args, "-m", str(kit), "-s",
-                                     config, "--set", "secure_train=true", f"org={_org_of(kit)}",
-                                     "config_folder=config", *extra])
+    def _start(self, name: str, kit: Path, entry: tuple[str, ...], config: str, extra: list[str],
+               prefix: tuple[str, ...] = ()) -> Participant:
+        return self._run(name, kit, [*prefix, self.python, "-u", *entry, "-m", str(kit), "-s", config, "--set",
+                                     "secure_train=true", f"org={_org_of(kit)}", "config_folder=config", *extra])
 
     def _run(self, name: str, kit: Path, command: list[str]) -> Participant:
+        """Start `command` in the kit as participant `name`, its output appended to the kit's process.log."""
         if name in self.participants and self.participants[name].process.poll() is None:
             raise RuntimeError(f"{name} is already running (pid {self.participants[name].process.pid})")
         log_path = kit / "process.log"
@@ -81,21 +79,20 @@ class LoopbackFederation:
         self.participants[name] = participant
         return participant
 
-    def start_server(self, timeout: float = 60.0, wait: bool = True, admin_delay_s: float = 0.0) -> Participant:
+    def start_server(self, timeout: float = 60.0, wait: bool = True,
+                     entry: tuple[str, ...] = ("-m", SERVER_MODULE)) -> Participant:
         """Start the server and (with `wait`) return once its log says "Server started" (its admin server is up).
 
         Why wait: FLARE 2.9 answers in the moment after its port opens and before its context holds its
         configuration badly (a challenge answered without the server's certificate, seen once; a server that then
         failed every admin session, "invalid auth token signature", seen once: server_app.startup_signature now
         prevents that). `wait=False` is what sites and `fl-job submit` meet through a restart: the restart test runs
-        that way. `admin_delay_s` starts FLARE's admin server that much later (federation_tools.slow_start), so that
-        the sites knock inside that window every time."""
+        that way. `entry` is what the interpreter runs (`python -u ENTRY ARGS`): FLARE's server module, or another
+        program that takes the same arguments and runs it (a test's, to change how it starts)."""
         name = self.federation.server
         log_path = self.federation.kit(name) / "process.log"
         start = log_path.stat().st_size if log_path.is_file() else 0
-        module, module_args = (SLOW_START_MODULE, (str(admin_delay_s),)) if admin_delay_s else (SERVER_MODULE, ())
-        participant = self._start(name, self.federation.kit(name), module, "fed_server.json", [],
-                                  module_args=module_args)
+        participant = self._start(name, self.federation.kit(name), entry, "fed_server.json", [])
         if not wait:
             return participant
         deadline = time.monotonic() + timeout
@@ -113,17 +110,9 @@ class LoopbackFederation:
 
     def start_site(self, name: str, kit: Path | None = None, prefix: tuple[str, ...] = ()) -> Participant:
         """Start a site from its kit (another kit may be given, e.g. to test a foreign certificate); `prefix` runs
-        it through another command (`ip netns exec NS`: behind an emulated link, federation_tools.wan)."""
-        return self._start(name, kit or self.federation.kit(name), CLIENT_MODULE, "fed_client.json", [f"uid={name}"],
-                           prefix)
-
-    def start_site_agent(self, name: str) -> Participant:
-        """Start a site as its service does after a reboot: the systemd unit's `site-agent start --kit KIT
-        --timeout 30` (which checks the kit and starts the FLARE client as its child), started again as the unit's
-        Restart=on-failure says when it gives up (federation_tools.as_service); `wait_for_sites` waits for it to
-        join."""
-        kit = self.federation.kit(name)
-        return self._run(name, kit, [self.python, "-u", "-m", AS_SERVICE_MODULE, str(kit)])
+        it through another command (`ip netns exec NS`: a site in a network namespace, behind an emulated link)."""
+        return self._start(name, kit or self.federation.kit(name), ("-m", CLIENT_MODULE), "fed_client.json",
+                           [f"uid={name}"], prefix)
 
     def bring_up(self, admin: str) -> None:
         """Start the server and every site that is not running now (all at first; later, the ones killed), then
@@ -218,7 +207,7 @@ class LoopbackFederation:
     def frozen(self, *names: str) -> Iterator[None]:
         """The sites frozen for the duration: each site's client and job processes stopped (SIGSTOP), so nothing is
         sent or answered, then resumed (SIGCONT) with the state they had. Their TCP connections stay up and no
-        reconnect path runs, so this is a hung site, not a network outage (federation_tools.wan's links are).
+        reconnect path runs, so this is a hung site, not a network outage (an emulated link's outage is).
         Unlike a kill, the site's running job goes on afterwards."""
         frozen = [process for name in names for process in self._process_tree(name)]
         for process in frozen:

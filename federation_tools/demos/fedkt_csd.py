@@ -1,5 +1,7 @@
-"""FedKT-CSD in `fl-demo`: ISIC-format demo sites, the demo autoencoder this project ships, a summary, and what the
-synthetic set is worth beside FedAvg and pooled real images on the same sites.
+"""FedKT-CSD in `fl-demo`: ISIC-format demo sites, the demo autoencoder this project ships, and a summary that ends
+with what the release is worth at each site (its synthetic-set classifier's and its class Gaussians' scores). FedAvg
+and pooled real images on the same sites, which need every site's images in one process, are bench/fedkt_demo.py's
+(from a source checkout), not the installed demo's.
 
 The demo autoencoder (`demo_dcae/`: config.json, safetensors weights, clip_norm.json, quality.json) was made by
 `site-agent fedkt train-demo-autoencoder` with its default recipe from the public synthetic image set, and every site
@@ -14,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from federation_tools.admin import JobOutcome
-from federation_tools.demo_data import isic_demo_folder, isic_demo_site
+from federation_tools.demo_data import isic_demo_site
 from federation_tools.demo_job import DemoJob
-from federation_tools.fedkt_references import reference_scores
 from fl_contract.fedkt_csd.protocol import weighted_balanced_accuracy
 from jobs.fedkt_csd.spec import KIND, FedKTCSDParams
 from site_agent.fedkt_csd.demo_autoencoder import describe_quality, read_quality
@@ -30,9 +31,9 @@ DEMO_AUTOENCODER = Path(__file__).with_name("demo_dcae")
 # for any epsilon-10 release of a 128-dimensional class Gaussian, and it was lost at every site.
 DATASET, IMAGES_PER_SITE, PARTITION = "isic_fedkt", 400, "class"
 # One classifier, not the job's ensemble of three: on the demo's data the ensemble scored no better on average
-# (bench/README.md, fedkt_demo.py) and tripled the step's time on 2 CPU cores, its references included.
+# (bench/README.md, fedkt_demo.py) and tripled the step's time on 2 CPU cores (with the references it then trained).
 DEMO_PARAMS = FedKTCSDParams(evaluate=True, dataset=DATASET, classifier_members=1)
-FEDKT_CNN, FEDKT_LATENTS = "FedKT-CSD CNN", "FedKT-CSD latents"  # the comparison's columns of the job's two scores
+FEDKT_CNN, FEDKT_LATENTS = "FedKT-CSD CNN", "FedKT-CSD latents"  # the scores table's columns
 
 
 def demo_site(index: int, site: str, root: Path, seed: int = 0, partition: str = PARTITION) -> str:
@@ -88,31 +89,21 @@ def summary(outcome: JobOutcome) -> str:
                      "(each class's Gaussian its density, equal priors; no decoding, no training):")
         lines += [_site_line(site, metrics) for site, metrics in results["latent_evaluation"].items()]
     lines += [f"warning: {warning}" for warning in results.get("warnings", [])]
+    if results.get("evaluation"):
+        scores = {FEDKT_CNN: results["evaluation"], FEDKT_LATENTS: results.get("latent_evaluation", {})}
+        lines.append(scores_table({method: s for method, s in scores.items() if s}, DEMO_PARAMS.epsilon))
     return "\n".join(lines)
 
 
-def references(root: Path, outcome: JobOutcome) -> str:
-    """The synthetic-set classifier's and the released Gaussians' balanced accuracy at each site beside FedAvg of the
-    same classifier and the same classifier trained on the pooled real images, all scored on the sites' held-out
-    images (`fedkt_references`)."""
-    results = outcome.results()
-    evaluation = results.get("evaluation", {})
-    if not evaluation:
-        return "no evaluation round: nothing to compare"
-    scores = reference_scores({site: isic_demo_folder(site, root, DATASET) for site in evaluation}, DEMO_PARAMS)
-    return comparison_table({FEDKT_CNN: evaluation, FEDKT_LATENTS: results["latent_evaluation"], **scores},
-                            DEMO_PARAMS.epsilon)
-
-
-def comparison_table(scores: dict[str, dict[str, dict[str, float]]], epsilon: float) -> str:
-    """Balanced accuracy per site and method, and the site-weighted one (weights: held-out images per site)."""
+def scores_table(scores: dict[str, dict[str, dict[str, float]]], epsilon: float) -> str:
+    """Balanced accuracy per site and way of reading the release (columns: FEDKT_CNN, FEDKT_LATENTS), and the
+    site-weighted one (weights: held-out images per site); the references are bench/fedkt_demo.py's."""
     methods = list(scores)
     sites = sorted(next(iter(scores.values())))
     width = max(13, *(len(m) + 2 for m in methods))
-    lines = [f"the same held-out images, balanced accuracy: FedKT-CSD's release (one round, epsilon {epsilon}) as the "
-             f"classifier trained on its synthetic set ({FEDKT_CNN}) and as its class Gaussians on the encoded images "
-             f"({FEDKT_LATENTS}), against the same classifier trained by FedAvg and on the pooled real images (no DP; "
-             "computed in this process, which holds every demo site's images as no federation does):",
+    lines = [f"balanced accuracy on each site's held-out images: FedKT-CSD's release (one round, epsilon {epsilon}) "
+             f"as the classifier trained on its synthetic set ({FEDKT_CNN}) and as its class Gaussians on the encoded "
+             f"images ({FEDKT_LATENTS}):",
              f"  {'site':<14}{'images':>7}" + "".join(f"{m:>{width}}" for m in methods)]
     for site in sites:
         lines.append(f"  {site:<14}{int(scores[methods[0]][site]['num_test']):>7}"
@@ -121,6 +112,9 @@ def comparison_table(scores: dict[str, dict[str, dict[str, float]]], epsilon: fl
                  + "".join(f"{weighted_balanced_accuracy(scores[m]):>{width}.3f}" for m in methods))
     lines.append("  FedKT-CSD's scores are one secret DP noise draw on one draw of the demo data and move from run to "
                  "run; bench/fedkt_demo.py averages six data draws and two noise draws each (bench/README.md)")
+    lines.append("  against FedAvg of the same classifier and the same classifier trained on the pooled real images: "
+                 "bench/fedkt_demo.py, from a source checkout (it holds every demo site's images in one process, as no "
+                 "federation does)")
     return "\n".join(lines)
 
 
@@ -134,4 +128,4 @@ def _number(value: float | None, spec: str) -> str:
     return "noise only" if value is None else format(value, spec)
 
 
-DEMOS = [DemoJob("fedkt-csd", KIND.name, DEMO_PARAMS, site_data, summary, server_models, references)]
+DEMOS = [DemoJob("fedkt-csd", KIND.name, DEMO_PARAMS, site_data, summary, server_models)]

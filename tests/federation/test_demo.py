@@ -39,16 +39,17 @@ def test_demo_summarises_the_data_runs_fedavg_and_fedkt_csd_against_its_referenc
     assert page.is_file() and "site-3" in page.read_text()
     assert "5  [+1.995, -2.990]" in completed.stdout
     # FedKT-CSD: the shipped autoencoder's gate, then every site's scores (the synthetic-set CNN's, the released
-    # Gaussians') beside FedAvg's and the pooled one
+    # Gaussians'); FedAvg's and the pooled one are bench/fedkt_demo.py's, which the demo names
     assert "passes the quality gate" in completed.stdout and "TOO WEAK" not in completed.stdout
     assert "class covariances: per_class" in completed.stdout
     assert len(re.findall(r"records, mean .* own weight 1\.00", completed.stdout)) >= 3  # the paper's: its own
     assert "(one classifier;" in completed.stdout  # the demo's budget; the job's default is an ensemble
     assert "the released class Gaussians themselves as a classifier" in completed.stdout
-    weighted = re.search(r"site-weighted\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", completed.stdout)
+    weighted = re.search(r"site-weighted\s+([\d.]+)\s+([\d.]+)\n", completed.stdout)
     assert weighted is not None, completed.stdout[-3000:]
-    fedkt, latents, fedavg, pooled = (float(v) for v in weighted.groups())  # the table's columns in this order
-    assert 0.25 < fedkt <= 1.0 and 0.25 < fedavg <= 1.0 and pooled >= max(fedkt, fedavg) - 0.1
+    fedkt, latents = (float(v) for v in weighted.groups())  # the table's columns in this order
+    assert 0.25 < fedkt <= 1.0
+    assert "pooled real images: bench/fedkt_demo.py, from a source checkout" in completed.stdout
     assert 0.6 < latents <= 1.0  # 0.971 over two noise draws of this data (bench/README.md)
     # the class partition gives unequal sites; together they hold out the job's fraction of every image
     held_out = [re.search(rf"\n  {site}\s+(\d+)\s", completed.stdout) for site in ("site-1", "site-2", "site-3")]

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from harness.federation import HarnessFederation
 from support import (
     ADMIN,
     SITES,
@@ -31,7 +32,6 @@ from support import (
 )
 
 from federation_tools.admin import JobOutcome, follow_job
-from federation_tools.loopback import LoopbackFederation
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.provision import Federation
@@ -40,13 +40,13 @@ from site_agent.data.demo.linear_demo import generate_linear_sites
 from site_agent.privacy.audit import AuditLog
 from site_agent.privacy.ledger import Ledger
 
-pytestmark = pytest.mark.federation
+pytestmark = [pytest.mark.federation, pytest.mark.faults]
 
 
 @pytest.fixture(scope="module")
-def fault_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Federation, LoopbackFederation]]:
+def fault_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Federation, HarnessFederation]]:
     """A federation of its own: these tests kill its processes."""
-    loopback = LoopbackFederation(provision_demo_federation(tmp_path_factory.mktemp("faults")))
+    loopback = HarnessFederation(provision_demo_federation(tmp_path_factory.mktemp("faults")))
     try:
         loopback.bring_up(ADMIN)
         yield loopback.federation, loopback
@@ -100,18 +100,19 @@ def test_abort_stops_within_a_round_and_a_new_submission_never_resumes_it(fault_
     try:
         job_id = submit(session, job_dir)
         wait_for_rounds(federation, job_id, 2)
-        aborted_at = time.monotonic()
         abort_running(session, job_id)
+        done_at_abort = len(server_results(federation, job_id)["rounds"])  # read once the abort was accepted
         outcome = follow_job(session, job_id, timeout=120, progress=None)
-        stopped_in = time.monotonic() - aborted_at
         again = follow_job(session, submit(session, again_dir), timeout=180, progress=None)
     finally:
         session.close()
 
     results = json.loads((outcome.server_app_dir() / "results.json").read_text())
-    assert outcome.status == "FINISHED:ABORTED" and stopped_in < 30, (outcome.status, stopped_in)
-    assert results["status"] == "aborted" and "aborted during round" in results["error"]
-    assert 2 <= len(results["rounds"]) < 200
+    assert outcome.status == "FINISHED:ABORTED", outcome.status
+    # the round under way when the abort reached the workflow is named and not recorded; the rounds recorded after the
+    # abort was accepted are those FLARE's abort message took to reach the server's job process (rounds of a second)
+    assert results["status"] == "aborted" and results["error"] == f"aborted during round {len(results['rounds']) + 1}"
+    assert 2 <= done_at_abort <= len(results["rounds"]) <= done_at_abort + 2, (done_at_abort, len(results["rounds"]))
     assert (outcome.server_app_dir() / "global_model.pt").is_file()
     fresh = again.results()
     assert again.completed and "resumed_after_round" not in fresh, fresh.get("resumed_after_round")
@@ -239,7 +240,7 @@ def test_the_server_killed_mid_job_resumes_from_its_last_completed_round(fault_f
     """The server killed mid-job and started again, SERVER_RESTARTS times (3 in the suite), each time without
     waiting for it to be up: the sites and the follower (`fl-job submit`) reconnect as fast as they do in production,
     through FLARE's start-up window. The first restart holds that window open for ADMIN_DELAY_S
-    (federation_tools.slow_start), so the sites' heartbeats are answered inside it every time: without
+    (tests/harness/slow_start.py), so the sites' heartbeats are answered inside it every time: without
     server_app.startup_signature every admin session, the follower's included, is then refused. Each restart resumes
     the job from its last completed round; the last copy completes every round with every site and the reference
     weights."""

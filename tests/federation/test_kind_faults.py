@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 import torch
+from harness.federation import HarnessFederation
 from support import ADMIN, SITES, abort_running, provision_demo_federation, submit, wait_for_rounds, wait_for_server_log
 
 from federation_tools.admin import follow_job
 from federation_tools.demo_data import isic_demo_site
 from federation_tools.demos.playerfl import DEMO_JOB_ARGS
-from federation_tools.loopback import LoopbackFederation
 from fl_contract.classes import PLAYERFL_CLASSES
 from fl_contract.models import build_model
 from fl_contract.params import JobParams
@@ -41,7 +41,7 @@ from site_agent.data.demo.synthetic_brats import write_brats_site
 from site_agent.data.isic import read_isic_site
 from site_agent.kit.site_config import SiteConfig, write_site_config
 
-pytestmark = pytest.mark.federation
+pytestmark = [pytest.mark.federation, pytest.mark.faults]
 
 
 INFERENCE_CASES = 8  # 48^3 each: seconds of work per site, time to strike mid-job
@@ -58,7 +58,7 @@ GAUNTLET: dict[str, tuple[JobKind[Any], JobParams]] = {
 
 
 @pytest.fixture(scope="module")
-def fault_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Federation, LoopbackFederation]]:
+def fault_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Federation, HarnessFederation]]:
     """A federation of its own (these tests kill its processes), its sites with ISIC images and cases to segment."""
     workspace = tmp_path_factory.mktemp("kind-faults")
     federation = provision_demo_federation(workspace)
@@ -78,7 +78,7 @@ def fault_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     network, arguments = ISIC_EVALUATION.model_spec()
     torch.save(build_model(network, **arguments).state_dict(), classifier / GLOBAL_MODEL_FILE)
     write_server_config(federation.kit(federation.server), {"run-1": str(models), "isic-1": str(classifier)})
-    loopback = LoopbackFederation(federation)
+    loopback = HarnessFederation(federation)
     try:
         loopback.bring_up(ADMIN)
         yield federation, loopback

@@ -1,5 +1,5 @@
 """`site-agent check`'s link row against the real provisioned federation: on loopback, and from a site namespace
-behind an emulated 1 Mbit/s link (federation_tools.wan), where it warns with the segmentation round's transfer time."""
+behind an emulated 1 Mbit/s link (tests/harness/wan.py), where it warns with the segmentation round's transfer time."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
+from harness.wan import EmulatedLink, namespaces_unavailable
 
-from federation_tools.wan import EmulatedLink, namespaces_unavailable
 from site_agent.kit.link import job_models
 from site_agent.kit.preflight import OK, WARN, check_link
 from site_agent.kit.startup import SiteKit

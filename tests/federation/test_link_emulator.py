@@ -1,4 +1,4 @@
-"""The userspace link emulator (federation_tools.link_emulator) does what it says, with real traffic between a site's
+"""The userspace link emulator (tests/harness/link_emulator.py) does what it says, with real traffic between a site's
 network namespace and the root namespace: the round trip takes twice the one-way delay, jitter keeps packet order,
 loss drops a binomial fraction of many UDP datagrams in the lossy direction only, an outage drops everything, a
 rate limit holds; the emulator process and the namespace are gone afterwards, also when the body fails. The bad
@@ -11,7 +11,6 @@ import math
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import threading
 import time
@@ -19,11 +18,10 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
+from harness import wan
+from harness.link_emulator import Conditions
+from harness.wan import EmulatedLink, WanUnavailable, namespaces_unavailable
 from support import require
-
-from federation_tools import wan
-from federation_tools.link_emulator import Conditions
-from federation_tools.wan import EmulatedLink, WanUnavailable, namespaces_unavailable
 
 NO_LINK = namespaces_unavailable("emulator")
 needs_link = pytest.mark.needs(NO_LINK, "an emulator link")
@@ -107,10 +105,9 @@ def test_the_round_trip_takes_twice_the_one_way_delay(link):
         times = _round_trips(link, 10)
     finally:
         link.set_conditions(delay_ms=0)
-    assert min(times) >= 0.120, times  # never early: each way waits its 60 ms
-    assert statistics.median(times) < 0.120 + 0.08, times  # the slack is for a loaded 2-core machine
-    [fast] = _round_trips(link, 1)
-    assert fast < 0.06, fast  # and the delay is gone once set back
+    assert min(times) >= 0.120, times  # never early: each way waits its 60 ms (its accuracy: bench/)
+    after = _round_trips(link, 3)
+    assert min(after) < 0.120, after  # the delay is gone once set back: a delayed trip can never be this quick
 
 
 @needs_link

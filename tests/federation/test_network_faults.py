@@ -1,5 +1,5 @@
 """Real network faults on FLARE's real traffic: every site of a provisioned loopback federation in its own network
-namespace behind the userspace link emulator (federation_tools.wan, kind `emulator`), the server in the root
+namespace behind the userspace link emulator (tests/harness/wan.py, kind `emulator`), the server in the root
 namespace. Nothing is frozen or killed: packets are delayed, dropped, rate-limited or black-holed, TCP and FLARE's
 reconnects do the rest.
 
@@ -22,19 +22,20 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
+from harness.wan import EmulatedLink, namespaces_unavailable
 from support import ADMIN, SITES, connected_sites, provision_demo_federation, submit, wait_for_rounds, wait_until
 
 from federation_tools.admin import follow_job
 from federation_tools.job_cli import main as fl_job
 from federation_tools.loopback import LoopbackFederation
-from federation_tools.wan import EmulatedLink, namespaces_unavailable
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from provisioning.policy import SERVER_HEARTBEAT_TIMEOUT_S
 from server_app.transfers import TRANSFERS_FILE
 from site_agent.kit.startup import SiteKit
 
-pytestmark = [pytest.mark.federation, pytest.mark.needs(namespaces_unavailable("emulator"), "emulated WAN links")]
+pytestmark = [pytest.mark.federation, pytest.mark.faults,
+              pytest.mark.needs(namespaces_unavailable("emulator"), "emulated WAN links")]
 
 SLOW = "site-3"
 RATE_MBIT = 2.0
@@ -117,9 +118,9 @@ def test_a_site_at_2_mbit_with_a_5_mb_model_takes_part_and_its_transfer_took_the
     [train] = [row for row in transfers["rounds"]["1"][SLOW] if row["task"] == "train"]
     moved = train["bytes_to_site"] + train["bytes_from_site"]
     assert moved >= 2 * 5_000_000, train
-    assert train["seconds"] >= 0.8 * moved * 8 / (RATE_MBIT * 1e6), train  # at least the link's own time
-    fast = [row for site in SITES[:2] for row in transfers["rounds"]["1"][site] if row["task"] == "train"]
-    assert all(row["seconds"] < train["seconds"] / 4 for row in fast), (fast, train)
+    # a transfer cannot beat its link's rate: the server's own account shows the limit applied (a lower bound, a
+    # property of the link, not a clock)
+    assert train["seconds"] >= 0.8 * moved * 8 / (RATE_MBIT * 1e6), train
 
 
 def test_sites_black_holed_past_the_heartbeat_timeout_one_rebooted_meanwhile_take_part_again(wan, tmp_path):

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from harness.wan import EmulatedLink, namespaces_unavailable
 from support import ADMIN, SITES, provision_demo_federation
 
 from federation_tools.admin import submit_and_wait
 from federation_tools.loopback import LoopbackFederation, free_port
-from federation_tools.wan import EmulatedLink, namespaces_unavailable
 from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from site_agent.cli import main as site_agent
@@ -27,7 +27,7 @@ from site_agent.kit.processes import stop_process_tree
 from site_agent.kit.startup import SiteKit
 
 TINYPROXY = shutil.which("tinyproxy")
-pytestmark = [pytest.mark.federation,
+pytestmark = [pytest.mark.federation, pytest.mark.faults,
               pytest.mark.needs(namespaces_unavailable(), "a site in a network namespace"),
               pytest.mark.needs(None if TINYPROXY else "tinyproxy is not installed (Debian: tinyproxy)",
                                 "a proxy-only site")]

@@ -1,5 +1,5 @@
-"""What the demo reads FedKT-CSD's synthetic-set classifier against: FedAvg and pooled real images, same held-out
-images, and the demo's comparison table."""
+"""What bench/fedkt_demo.py reads FedKT-CSD's synthetic-set classifier against (research.fedkt_references): FedAvg
+and pooled real images, same held-out images; and the demo's table of the job's own scores."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from federation_tools.demos.fedkt_csd import DEMO_PARAMS, comparison_table
-from federation_tools.fedkt_references import (
+from federation_tools.demos.fedkt_csd import DEMO_PARAMS, FEDKT_CNN, FEDKT_LATENTS, scores_table
+from fl_contract.fedkt_csd.classifier import build_classifier, train_classifier
+from fl_contract.fedkt_csd.protocol import weighted_balanced_accuracy
+from fl_contract.models import state_dict_to_numpy
+from research.fedkt_references import (
     fedavg_classifier,
     read_sites,
     reference_scores,
 )
-from fl_contract.fedkt_csd.classifier import build_classifier, train_classifier
-from fl_contract.fedkt_csd.protocol import weighted_balanced_accuracy
-from fl_contract.models import state_dict_to_numpy
 from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.site_data import load_split
 
@@ -73,17 +73,18 @@ def test_references_score_every_site_on_the_job_s_own_held_out_images(folders):
             assert 0.0 <= method[site]["balanced_accuracy"] <= 1.0
 
 
-def test_the_comparison_table_shows_each_score_and_the_site_weighted_one():
-    scores = {"FedKT-CSD": {"site-1": {"balanced_accuracy": 0.5, "num_test": 10.0},
-                            "site-2": {"balanced_accuracy": 1.0, "num_test": 30.0}},
-              "FedAvg": {"site-1": {"balanced_accuracy": 0.25, "num_test": 10.0},
-                         "site-2": {"balanced_accuracy": 0.75, "num_test": 30.0}}}
+def test_the_demo_s_table_shows_each_score_and_the_site_weighted_one_and_names_where_the_references_are():
+    scores = {FEDKT_CNN: {"site-1": {"balanced_accuracy": 0.5, "num_test": 10.0},
+                          "site-2": {"balanced_accuracy": 1.0, "num_test": 30.0}},
+              FEDKT_LATENTS: {"site-1": {"balanced_accuracy": 0.25, "num_test": 10.0},
+                              "site-2": {"balanced_accuracy": 0.75, "num_test": 30.0}}}
 
-    table = comparison_table(scores, epsilon=10.0)
+    table = scores_table(scores, epsilon=10.0)
 
     weighted = re.search(r"site-weighted\s+([\d.]+)\s+([\d.]+)", table)
     assert weighted is not None and weighted.groups() == ("0.875", "0.625")  # (0.5*10 + 1*30) / 40, (2.5 + 22.5) / 40
     assert re.search(r"site-1\s+10\s+0\.500\s+0\.250", table)
     assert "epsilon 10.0" in table
     assert "FedKT-CSD's scores are one secret DP noise draw" in table  # one run is not the method's average
-    assert weighted_balanced_accuracy(scores["FedKT-CSD"]) == pytest.approx(0.875)
+    assert weighted_balanced_accuracy(scores[FEDKT_CNN]) == pytest.approx(0.875)
+    assert "FedAvg" in table and "bench/fedkt_demo.py, from a source checkout" in table  # not computed by the demo

@@ -15,8 +15,6 @@ from nvflare.app_common.abstract.fl_model import FLModel
 from support import over_the_wire, read_exported_job
 
 from federation_tools.job_cli import main as fl_job
-from federation_tools.playerfl_compare import write_demo_sites
-from federation_tools.playerfl_inprocess import run_in_process
 from federation_tools.simulate import simulate
 from fl_contract.models import build_model, state_dict_to_numpy
 from fl_contract.params import ParameterError
@@ -31,6 +29,8 @@ from jobs.common import build_job, export
 from jobs.fedavg_linear.spec import KIND, FedAvgLinearParams
 from jobs.playerfl.spec import PLayerFLParams
 from jobs.registry import kinds
+from research.playerfl_compare import write_demo_sites
+from research.playerfl_inprocess import run_in_process
 from server_app.aggregation import SiteUpdate, aggregate, encoded_updates, matching, take_updates
 from site_agent.data.demo.linear_demo import write_linear_site
 from site_agent.kit.site_config import SiteConfig, write_site_config

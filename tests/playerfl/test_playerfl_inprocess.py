@@ -10,14 +10,14 @@ from nvflare.apis.fl_constant import FLMetaKey
 from nvflare.app_common.abstract.fl_model import FLModel
 from sklearn.metrics import balanced_accuracy_score, f1_score
 
-from federation_tools.playerfl_compare import write_demo_sites
-from federation_tools.playerfl_inprocess import JobFailed, run_in_process
 from fl_contract.models import build_model
 from fl_contract.params import ParameterError
 from fl_contract.playerfl import protocol
 from jobs.playerfl.spec import PLayerFLParams
 from reports import evaluation_cli
 from reports import playerfl as playerfl_report
+from research.playerfl_compare import write_demo_sites
+from research.playerfl_inprocess import JobFailed, run_in_process
 from server_app.metrics import WEIGHT
 from server_app.results import GLOBAL_MODEL_FILE
 from site_agent.playerfl.data import IsicImages, load_site_splits

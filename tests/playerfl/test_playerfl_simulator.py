@@ -8,11 +8,11 @@ import pytest
 from support import JOB_FILES, read_exported_job
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from federation_tools.playerfl_compare import simulate_method, write_demo_sites
-from federation_tools.playerfl_inprocess import run_in_process
 from jobs.common import build_job, export
 from jobs.playerfl.spec import KIND, PLayerFLParams
 from reports.playerfl import load_runs, write_report
+from research.playerfl_compare import simulate_method, write_demo_sites
+from research.playerfl_inprocess import run_in_process
 from site_agent import __version__
 
 NARROW_CNN5 = {"channels": [8, 16, 32, 64, 64], "hidden": 32}
@@ -38,7 +38,7 @@ def test_exported_job_ships_no_code_and_keeps_every_parameter(tmp_path):
 
 def _runs(root: Path) -> dict[str, Path]:
     """PLayer-FL through FLARE's simulator; the baselines it is compared with by the same controller and site tasks in
-    this process (`federation_tools.playerfl_inprocess`), which saves two simulator runs. Returns each run's
+    this process (`research.playerfl_inprocess`), which saves two simulator runs. Returns each run's
     results.json."""
     sites = write_demo_sites(root / "data", 4, 40, 32, 0.5, seed=0)
     runs = {"playerfl-seed0": simulate_method("playerfl", root, sites, root / "data", 0, **JOB)}

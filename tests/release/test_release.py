@@ -1,5 +1,6 @@
 """The release artifacts site IT installs: scripts/build_release.sh builds a wheel (from the sdist) holding every
-package, data file and console script of pyproject.toml, and neither artifact carries tests, benchmarks or caches."""
+package, data file and console script of pyproject.toml, and neither artifact carries tests, benchmarks, caches, the
+test harness (tests/harness/) or the research drivers (research/)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = tuple(pattern.rstrip("*") for pattern in  # every package pyproject.toml distributes
            tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"])
+# What tests and bench/ run from a source checkout, never a site, a server or an admin: the test harness (imported as
+# `harness`) and the research drivers, by package and by the file names they had in federation_tools/.
+CHECKOUT_ONLY_PACKAGES = frozenset({"harness", "research"})
+CHECKOUT_ONLY_FILES = frozenset({"slow_start.py", "as_service.py", "wan.py", "link_emulator.py",
+                                 "playerfl_inprocess.py", "playerfl_compare.py", "fedkt_references.py"})
 
 
 @pytest.fixture(scope="module")
@@ -77,5 +83,31 @@ def test_artifacts_carry_no_tests_benchmarks_or_caches(artifacts):
     assert {name for name in top_level if not name.endswith(".dist-info")} == set(PACKAGES)
     for name in sdist_names:
         parts = name.split("/")
-        assert parts[0] not in {"tests", "bench", ".venv", ".pytest_cache", "build", "dist"}, name
+        assert parts[0] not in {"tests", "bench", "research", ".venv", ".pytest_cache", "build", "dist"}, name
         assert "__pycache__" not in parts and not name.endswith((".pyc", ".pyo")), name
+
+
+def checkout_only(names: list[str]) -> list[str]:
+    """The archive members that belong to a source checkout only: under a folder named like the harness or research
+    package, or a file named like one of their modules."""
+    return sorted(name for name in names if CHECKOUT_ONLY_PACKAGES & set(name.split("/")[:-1])
+                  or name.rsplit("/", 1)[-1] in CHECKOUT_ONLY_FILES)
+
+
+def test_wheel_holds_no_test_harness_or_research_driver(artifacts):
+    wheel, _ = artifacts
+
+    names = zipfile.ZipFile(wheel).namelist()
+
+    assert checkout_only(names) == []
+    assert {path.name for path in (ROOT / "tests" / "harness").glob("*.py")} >= {"slow_start.py", "as_service.py"}
+    assert {path.name for path in (ROOT / "research").glob("*.py")} >= {"fedkt_references.py"}  # moved, not gone
+
+
+def test_the_check_names_a_harness_or_research_module_wherever_it_lies():
+    names = ["federation_tools/loopback.py", "federation_tools/wan.py", "research/__init__.py",
+             "federation_tools/harness/federation.py", "site_agent/kit/service.py",
+             "hospital_fl-0.1.0.dist-info/RECORD"]
+
+    assert checkout_only(names) == ["federation_tools/harness/federation.py", "federation_tools/wan.py",
+                                    "research/__init__.py"]

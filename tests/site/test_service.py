@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness.as_service import Service, run, unit_settings
 from support import free_port
 
-from federation_tools.as_service import Service, run, unit_settings
 from provisioning.provision import Federation, customise, load_template, provision
 from site_agent.kit.service import unit_for
 from site_agent.kit.start import EXIT_REFUSED, EXIT_UNAVAILABLE, Watchdog, exit_status, notify
@@ -128,7 +128,7 @@ def test_a_client_that_ends_by_itself_ends_start_with_a_failure(returncode, stat
 
 
 def test_a_kit_run_as_its_unit_runs_the_units_command_and_restarts_it_as_the_unit_says(federation):
-    """federation_tools.as_service, which the fault tests use to 'reboot' a site, reads the unit this product
+    """tests/harness/as_service.py, which the fault tests use to 'reboot' a site, reads the unit this product
     writes rather than a copy of it."""
     service = Service.for_kit(federation.kit("site-1"))
 

@@ -82,6 +82,18 @@ def test_every_import_points_to_a_lower_layer_and_no_package_imports_itself_back
     assert cycles(edges) == []
 
 
+def test_no_distributed_package_imports_the_test_harness_or_the_research_drivers():
+    """tests/harness/ (`harness`) and research/ run from a source checkout and are not in the wheel: an import of
+    either from a package that is would fail at a site (fl-demo's FedKT-CSD step once imported research's
+    references)."""
+    checkout_only = {"research", "harness"}  # no folder ROOT/harness: only the packages' imports of it are read
+    edges = package_imports(ROOT, set(LAYER_OF) | checkout_only)
+
+    assert [f"{place}: {importer} imports {imported}" for (importer, imported), places in sorted(edges.items())
+            if importer in LAYER_OF and imported in checkout_only for place in places] == []
+    assert ("research", "federation_tools") in edges  # research/ itself was read: it stands on the packages
+
+
 def test_the_check_names_an_upward_import_inside_a_function_and_a_cycle(tmp_path):
     for package, source in {"low": "def f():\n    from high.tool import run\n", "high": "import low\n"}.items():
         (tmp_path / package).mkdir()

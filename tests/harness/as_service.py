@@ -1,7 +1,7 @@
-"""Run a kit the way the systemd unit `site-agent service` writes runs it, on a machine without systemd (tests, a
-lead's dry run):
+"""Run a kit the way the systemd unit `site-agent service` writes runs it, on a machine without systemd, for tests
+(HarnessFederation.start_site_agent in tests/harness/federation.py runs it by its path):
 
-    python -m federation_tools.as_service KIT
+    python tests/harness/as_service.py KIT
 
 The unit's own `ExecStart` runs, and ends the way systemd's `Restart=on-failure` would end it: an exit 0 or a
 `RestartPreventExitStatus` (a refused kit) stays down, any other exit starts it again after `RestartSec`. A site

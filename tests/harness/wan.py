@@ -6,7 +6,7 @@ A link is one of two kinds (`kind`):
   rate holds both ways; an outage sets the site's end down (packets are dropped, TCP connections survive as on a
   real outage). Rate and outage only: this kernel has no `netem`, so no delay or loss.
 - `emulator`: a pair of TUN devices (one in each namespace, point-to-point addresses) with the userspace emulator
-  between them (federation_tools.link_emulator, a process of its own, stopped by PID on exit): delay and jitter,
+  between them (link_emulator.py, a process of its own, stopped by PID on exit): delay and jitter,
   loss per direction, rate and outage (every packet dropped), all changeable while the link runs. It costs CPU per
   packet, the tbf link none.
 
@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from federation_tools.link_emulator import Conditions, Counters, LinkEmulator, join_namespace
+from harness.link_emulator import Conditions, Counters, LinkEmulator, join_namespace
 
 LINK_KINDS = ("tbf", "emulator")
 TUN_QUEUE = 10_000

@@ -4,7 +4,7 @@ namespace, one in a site's), with delay and jitter, random loss per direction, a
 Why userspace. On this kernel (6.18, its config read and each tried in a namespace) there is no `netem` (`tc qdisc
 add ... netem`: "Specified qdisc kind is unknown"), no act_gact (`tc filter ... action gact drop random netrand ...`:
 "Failed to load TC action module") and no `fq` qdisc (so no delay from a BPF program setting departure times). What
-it has: `tbf` (rate; federation_tools.wan's veth link uses it), cls_bpf, and nftables with numgen, which does give
+it has: `tbf` (rate; wan.py's veth link uses it), cls_bpf, and nftables with numgen, which does give
 random loss (`nft add rule ... numgen random mod 100 < 10 drop` dropped 110 of 1000 datagrams; needs the `nft` tool,
 not part of iproute2). None of them delays a packet, so delay, loss, rate and outage are all done here, in one
 place, and the same on any Linux with /dev/net/tun.
@@ -217,7 +217,7 @@ class LinkEmulator:
 
     def __init__(self, namespace: str, root_device: str, site_device: str, conditions: Conditions,
                  seed: int | None = None, python: str = sys.executable):
-        argv = [python, "-m", __name__, "--namespace", namespace, "--root-device", root_device,
+        argv = [python, str(Path(__file__).resolve()), "--namespace", namespace, "--root-device", root_device,
                 "--site-device", site_device, "--conditions", json.dumps(asdict(conditions))]
         if seed is not None:
             argv += ["--seed", str(seed)]

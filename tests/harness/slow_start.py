@@ -1,12 +1,13 @@
 """FLARE's server with a long start-up window, for tests: its admin server starts `DELAY_S` seconds late.
 
-    python -m federation_tools.slow_start DELAY_S <the arguments of nvflare.private.fed.app.server.server_train>
+    python tests/harness/slow_start.py DELAY_S <the arguments of nvflare.private.fed.app.server.server_train>
 
 In FLARE 2.9 the server's cell listens before its admin server starts and before its signing identity is in its
 context (`server_app.startup_signature`). On an idle machine that window lasts milliseconds, so a restart test meets
 it by chance; on a loaded hospital server, with sites knocking as it starts, it is longer. This runs FLARE's own
 server start-up unchanged except that the admin server's creation waits first, so that the sites' heartbeats are
-answered inside the window every time.
+answered inside the window every time. HarnessFederation.start_server(admin_delay_s=...)
+(tests/harness/federation.py) runs it by its path.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ split (`load_split`: the same held-out images the sites score the synthetic-set 
   (`server_app.aggregation.weighted_mean`), for as many rounds as the pooled classifier has passes, so that each
   image is seen as often; one FedAvg run per ensemble member, with the member's seed.
 
-They need every site's images in one process, which only a demo or a benchmark on one machine has: a federation never
-computes them, and `fl-demo` and `bench/fedkt_demo.py` say so where they print them.
+They need every site's images in one process, which only a benchmark on one machine has: a federation never computes
+them. `bench/fedkt_demo.py` prints them beside the demo's FedKT-CSD scores; `fl-demo`, installed without this
+package, prints its own scores and points there.
 """
 
 from __future__ import annotations
