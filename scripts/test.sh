@@ -8,10 +8,15 @@ echo "ruff check ."
 "$root/.venv/bin/ruff" check .
 echo "mypy (strict on fl_contract and server_app)"
 "$root/.venv/bin/mypy"
-# Four workers, one test module each at a time, on the machine's 2 cores: the federation tests spend much of their
-# time waiting on heartbeats, restarts and each other's processes, so two workers left the cores partly idle (757 s
-# on a quiet 2-core machine); four kept them 92% busy and took 577-680 s there (bench/README.md, the suite's CPU).
-# The modules on the shared provisioned federation go to one worker as one unit (tests/conftest.py), and the units
-# are handed out in the workers' order (federations, then the simulator's, then the rest), not by their number of
-# tests.
-exec "$root/.venv/bin/python" -m pytest -n "${PYTEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder "$@"
+# --quick: the everyday tier, every test but the whole-federation fault and network scenarios (marker `faults`,
+# pyproject.toml); CI runs them all. The suite's times: the README, "Running the tests".
+quick=()
+if [ "${1:-}" = "--quick" ]; then
+  shift
+  quick=(-m "not faults")
+fi
+# Four workers, one unit of work each at a time, on the machine's 2 cores: the federation tests spend much of their
+# time waiting on heartbeats, restarts and each other's processes (bench/README.md, the suite's CPU). The tests on the
+# shared provisioned federation go to one worker as one unit (tests/conftest.py), and the units are handed out in the
+# workers' order (federations, then the simulator's, then the rest), not by their number of tests.
+exec "$root/.venv/bin/python" -m pytest -n "${PYTEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder "${quick[@]}" "$@"

@@ -3,7 +3,6 @@ order in which the suite's work is handed to the xdist workers."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import time
@@ -26,8 +25,7 @@ from provisioning.provision import Federation
 from site_agent.privacy.audit import AuditLog
 
 SHARED_FEDERATION = "running_federation"
-SHARED_FIXTURES = (SHARED_FEDERATION, "fedavg_run", "segmentation_run")  # the session fixtures on that federation
-TESTS = Path(__file__).resolve().parent
+SHARED_FIXTURES = {SHARED_FEDERATION, "fedavg_run", "segmentation_run"}  # the session fixtures on that federation
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,20 +43,25 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def _unit(nodeid: str) -> str:
-    """The unit of work a test belongs to: its module, or one unit for every module on the shared federation."""
-    return _module_unit(nodeid.split("::", 1)[0])
+    """The unit of work a test belongs to: its module, or the shared federation's unit for a test that uses one of
+    its fixtures (its node id carries the unit's name after "@", set at collection by `_mark_shared_federation`,
+    as pytest-xdist's loadgroup marks its groups)."""
+    group = nodeid.rpartition("@")[2] if nodeid.rfind("@") > nodeid.rfind("]") else ""
+    return group or nodeid.split("::", 1)[0]
 
 
-@functools.cache
-def _module_unit(module: str) -> str:
-    path = TESTS.parent / module
-    uses_shared = path.is_file() and any(name in path.read_text() for name in SHARED_FIXTURES)
-    return SHARED_FEDERATION if uses_shared else module
+def _mark_shared_federation(items: list[pytest.Item]) -> None:
+    """Name the shared federation's unit in the node id of every test that uses one of its fixtures, directly or
+    through another fixture (the fixtures a test uses, not words in its module: a test that only mentions one stays
+    in its module's unit). Every worker collects the same tests, so all agree on the ids."""
+    for item in items:
+        if SHARED_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item._nodeid = f"{item.nodeid}@{SHARED_FEDERATION}"
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: without xdist, not called
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`--dist loadfile` (scripts/test.sh), except that the modules on the shared provisioned federation are one unit:
+    """`--dist loadfile` (scripts/test.sh), except that the tests on the shared provisioned federation are one unit:
     one worker starts that federation (not each), and the job several of its tests read runs once."""
     if config.getoption("dist") != "loadfile":
         return None
@@ -72,11 +75,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In an xdist worker, the modules that start federations come first, then the simulator's, then the rest, in
+    """In an xdist worker, the units that start federations come first, then the simulator's, then the rest, in
     collection order otherwise (with --no-loadscope-reorder the workers take them in this order): the long units
-    start early, so the workers finish together. Tests keep their order within a module."""
+    start early, so the workers finish together. Tests keep their order within a unit."""
     if not hasattr(config, "workerinput"):
         return
+    _mark_shared_federation(items)
     tier: dict[str, int] = {}
     for item in items:
         mine = 0 if item.get_closest_marker("federation") else 1 if item.get_closest_marker("simulator") else 2

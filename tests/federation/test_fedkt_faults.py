@@ -38,7 +38,7 @@ from site_agent.data.demo.synthetic_isic import write_isic_site
 from site_agent.fedkt_csd.site_data import statistics_vector
 from site_agent.kit.site_config import write_site_config
 
-pytestmark = pytest.mark.federation
+pytestmark = [pytest.mark.federation, pytest.mark.faults]
 
 SITES = ["site-1", "site-2", "site-3", "site-4"]
 IMAGES = {"site-1": 24, "site-2": 24, "site-3": 24, "site-4": 400}  # site-4 encodes for seconds: time to kill it

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
@@ -174,12 +173,11 @@ def test_a_job_edited_to_run_an_unlisted_class_or_read_a_path_is_refused_at_depl
         args["dataset"] = "../../../etc"
 
     _edit_site_config(job_dir, tamper)
-    started = time.monotonic()
     outcome = _submit(running_federation, job_dir)
 
+    # at deploy, not at the first round's start: each site's audit log holds only job_seen and job_refused
     _refused_at_deploy(running_federation, outcome, "class subprocess.Popen (components[1])",
                        "dataset key dataset='../../../etc' is not one this site maps")
-    assert time.monotonic() - started < 30  # at deploy, not at the first round's start
 
 
 def test_a_real_job_runs_downloads_and_leaves_ledger_and_audit_entries(running_federation, fedavg_run):

@@ -145,12 +145,11 @@ def _bad_kit(running: StartFederation, tmp_path: Path, kind: str) -> Path:
 def test_a_refused_kit_stops_at_once_naming_the_reason(running, tmp_path, kind):
     kit = _bad_kit(running, tmp_path, kind)
 
-    started = time.monotonic()
     done = subprocess.run([*START, "--kit", str(kit), "--timeout", "10"], capture_output=True, text=True, timeout=120)
-    elapsed = time.monotonic() - started
 
     assert done.returncode == EXIT_REFUSED, done.stderr
-    assert elapsed < 10
+    # at once: the preflight refused it, so no FLARE client was started and nothing waited for a registration
+    assert "started the FLARE client" not in done.stderr, done.stderr
     reason = BAD_KITS[kind][1]
     assert reason in done.stderr and "did not start the FLARE client" in done.stderr
     log = (kit / LOG_NAME).read_text()
@@ -165,14 +164,12 @@ def test_the_registration_watch_stops_a_client_the_server_refused(running, tmp_p
     program = ("import sys\nfrom site_agent.kit.start import start_site\n"
                f"sys.exit(start_site({str(kit)!r}, 10, preflight=False))")
 
-    started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
-    elapsed = time.monotonic() - started
 
     assert done.returncode == EXIT_REFUSED, done.stderr
-    # another CA: the client runs on silently until the registration timeout; an unknown name (not in the server's
-    # participants list) may be refused by the server sooner
-    assert (10 if kind == "another CA" else 0) < elapsed < 30, done.stderr
+    # the client was started and the watch, not a preflight, stopped it: another CA's client runs on silently until
+    # the registration timeout, an unknown name (not in the server's participants list) is refused by the server
+    assert "started the FLARE client" in done.stderr and "stopped the FLARE client (pid " in done.stderr, done.stderr
     assert BAD_KITS[kind][1] in done.stderr
     client_pid = int(done.stderr.split("stopped the FLARE client (pid ")[1].split(")")[0])
     assert not psutil.pid_exists(client_pid)

