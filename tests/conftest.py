@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -42,51 +44,79 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         require(*marker.args)
 
 
-def _unit(nodeid: str) -> str:
-    """The unit of work a test belongs to: its module, or the shared federation's unit for a test that uses one of
-    its fixtures (its node id carries the unit's name after "@", set at collection by `_mark_shared_federation`,
-    as pytest-xdist's loadgroup marks its groups)."""
-    group = nodeid.rpartition("@")[2] if nodeid.rfind("@") > nodeid.rfind("]") else ""
-    return group or nodeid.split("::", 1)[0]
+UNITS_FILE = "units_file"  # the key in each xdist worker's input: where it writes each test's unit of work
 
 
-def _mark_shared_federation(items: list[pytest.Item]) -> None:
-    """Name the shared federation's unit in the node id of every test that uses one of its fixtures, directly or
-    through another fixture (the fixtures a test uses, not words in its module: a test that only mentions one stays
-    in its module's unit). Every worker collects the same tests, so all agree on the ids."""
-    for item in items:
-        if SHARED_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item._nodeid = f"{item.nodeid}@{SHARED_FEDERATION}"
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _units(items: list[pytest.Item]) -> dict[str, str]:
+    """Each test's unit of work: the shared federation's for a test that uses one of its fixtures, directly or through
+    another fixture (the fixtures it uses, not words in its module: a test that only names one stays out), else its
+    module."""
+    return {item.nodeid: SHARED_FEDERATION if SHARED_FIXTURES & set(getattr(item, "fixturenames", ()))
+            else _module(item.nodeid) for item in items}
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook, called in the controller for each worker it starts
+def pytest_configure_node(node: Any) -> None:
+    """Tell each worker where to write the units it collected: only workers collect (and know the fixtures a test
+    uses); the controller's scheduler reads them back."""
+    node.workerinput[UNITS_FILE] = str(_units_file(node.config))
+
+
+def _units_file(config: pytest.Config) -> Path:
+    if not hasattr(config, "_units_file"):
+        config._units_file = Path(tempfile.mkdtemp(prefix="xdist-units-")) / "units.json"  # type: ignore[attr-defined]
+    return cast(Path, config._units_file)  # type: ignore[attr-defined]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if hasattr(config, "_units_file"):
+        shutil.rmtree(config._units_file.parent, ignore_errors=True)
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: without xdist, not called
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`--dist loadfile` (scripts/test.sh), except that the tests on the shared provisioned federation are one unit:
-    one worker starts that federation (not each), and the job several of its tests read runs once."""
+    one worker starts that federation (not each), and the job several of its tests read runs once. The scheduler
+    splits the work only once every worker has collected, so the units file is there by then."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    units_file = _units_file(config)
+
     class ModuleScheduling(LoadScopeScheduling):
+        units: dict[str, str] | None = None
+
         def _split_scope(self, nodeid: str) -> str:
-            return _unit(nodeid)
+            if self.units is None:
+                self.units = json.loads(units_file.read_text()) if units_file.is_file() else {}
+            return self.units.get(nodeid) or _module(nodeid)
 
     return ModuleScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In an xdist worker, the units that start federations come first, then the simulator's, then the rest, in
-    collection order otherwise (with --no-loadscope-reorder the workers take them in this order): the long units
-    start early, so the workers finish together. Tests keep their order within a unit."""
-    if not hasattr(config, "workerinput"):
+    """In an xdist worker: write each test's unit for the controller (every worker collects the same tests, so
+    whichever writes last writes the same), and order the units that start federations first, then the simulator's,
+    then the rest, in collection order otherwise (with --no-loadscope-reorder the workers take them in this order):
+    the long units start early, so the workers finish together. Tests keep their order within a unit."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
         return
-    _mark_shared_federation(items)
+    units = _units(items)
+    if UNITS_FILE in workerinput:
+        written = Path(f"{workerinput[UNITS_FILE]}.{workerinput['workerid']}")
+        written.write_text(json.dumps(units))
+        written.replace(workerinput[UNITS_FILE])  # whole, never half-written
     tier: dict[str, int] = {}
     for item in items:
         mine = 0 if item.get_closest_marker("federation") else 1 if item.get_closest_marker("simulator") else 2
-        unit = _unit(item.nodeid)
-        tier[unit] = min(tier.get(unit, mine), mine)
-    items.sort(key=lambda item: tier[_unit(item.nodeid)])
+        tier[units[item.nodeid]] = min(tier.get(units[item.nodeid], mine), mine)
+    items.sort(key=lambda item: tier[units[item.nodeid]])
 
 
 @dataclass

@@ -138,6 +138,16 @@ def psnr_db(reconstructions: torch.Tensor, images: torch.Tensor) -> float:
     return 10.0 * math.log10(1.0 / float((reconstructions.double() - images.double()).square().mean()))
 
 
+def held_out_split(n_images: int = QUALITY_IMAGES, seed: int = 0) -> tuple[tuple[torch.Tensor, torch.Tensor],
+                                                                            tuple[torch.Tensor, torch.Tensor]]:
+    """`measure_quality`'s held-out public images of the demo's classes: (train images, labels), (test images,
+    labels); two thirds train the classifiers, one third tests."""
+    data = public_set(n_images, list(PLAYERFL_CLASSES), seed=QUALITY_SEED)
+    order = torch.randperm(len(data.labels), generator=torch.Generator().manual_seed(seed))
+    train, test = order[:2 * n_images // 3], order[2 * n_images // 3:]
+    return (data.images[train], data.labels[train]), (data.images[test], data.labels[test])
+
+
 def measure_quality(model: AutoencoderDC, n_images: int = QUALITY_IMAGES,
                     classifier_min_steps: int = EVALUATION_ROUND.classifier_min_steps, seed: int = 0,
                     classifier_seeds: int = QUALITY_CLASSIFIER_SEEDS) -> dict[str, Any]:
@@ -150,12 +160,8 @@ def measure_quality(model: AutoencoderDC, n_images: int = QUALITY_IMAGES,
     Deterministic on CPU, so a test can recompute it from the saved folder.
     """
     classes = list(PLAYERFL_CLASSES)
-    data = public_set(n_images, classes, seed=QUALITY_SEED)
-    train_images = 2 * n_images // 3
-    order = torch.randperm(len(data.labels), generator=torch.Generator().manual_seed(seed))
-    train, test = order[:train_images], order[train_images:]
-    x_train, y_train = data.images[train], data.labels[train]
-    x_test, y_test = data.images[test], data.labels[test]
+    (x_train, y_train), (x_test, y_test) = held_out_split(n_images, seed)
+    train_images = len(y_train)
     epochs, noise = EVALUATION_ROUND.classifier_epochs, EVALUATION_ROUND.classifier_noise
     budget = training_budget(train_images, epochs, classifier_min_steps, BATCH_SIZE)
     seeds = [seed + k for k in range(classifier_seeds)]

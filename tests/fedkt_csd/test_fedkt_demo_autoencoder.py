@@ -17,12 +17,14 @@ from server_app.server_config import ServerConfig, ServerConfigError, write_serv
 from site_agent.cli import main
 from site_agent.fedkt_csd.demo_autoencoder import (
     describe_quality,
+    held_out_split,
     measure_quality,
     median_latent_norm,
     passes_quality_gate,
     psnr_db,
     public_images,
     read_quality,
+    reconstruct,
     train_demo_autoencoder,
 )
 
@@ -110,22 +112,19 @@ def test_an_autoencoder_below_the_gate_is_called_too_weak_and_one_above_is_not(c
     assert "TOO WEAK" not in describe_quality(good) and "passes the quality gate" in describe_quality(good)
 
 
-def test_the_shipped_demo_autoencoder_passes_its_gate_recomputed_from_its_weights():
-    """The demo's autoencoder is loaded like a published checkpoint, and its quality.json is no claim: recomputed
-    from the weights (another machine may pick other float32 kernels, hence the tolerances), it passes the gate.
-    quality.json keeps each classifier seed's scores; the first seed's are recomputed (with all three seeds this
-    took 162 s in the suite; with one, 35 s on an idle core)."""
+def test_the_shipped_demo_autoencoder_reconstructs_its_held_out_images_as_its_quality_json_says():
+    """The demo's autoencoder is loaded like a published checkpoint, and its quality.json is no claim about other
+    weights: the held-out images' reconstruction PSNR and R (the median public latent norm) are recomputed from
+    these weights (another machine may pick other float32 kernels, hence the tolerances). Its classifier scores,
+    which take minutes to retrain, are recomputed by bench/demo_autoencoder_quality.py; the stored ones pass."""
     stored = read_quality(DEMO_AUTOENCODER)
     loaded = load_autoencoder(DEMO_AUTOENCODER)
+    assert stored is not None
+    held_out = stored["held_out"]
+    _, (test_images, _) = held_out_split(held_out["train_images"] + held_out["test_images"], held_out["split_seed"])
 
-    recomputed = measure_quality(loaded.model, classifier_seeds=1)
-
-    assert stored is not None and passes_quality_gate(stored) and passes_quality_gate(recomputed)
-    assert recomputed["held_out"] == stored["held_out"]
-    assert recomputed["psnr_db"] == pytest.approx(stored["psnr_db"], abs=0.01)
-    for images in ("reconstructions", "real"):
-        assert recomputed["per_classifier_seed"][images] == pytest.approx(
-            stored["per_classifier_seed"][images][:1], abs=0.05), images
+    assert len(test_images) == held_out["test_images"] and passes_quality_gate(stored)
+    assert psnr_db(reconstruct(loaded.model, test_images), test_images) == pytest.approx(stored["psnr_db"], abs=0.01)
     public = public_images(stored["training"]["images"])
     assert loaded.clip_norm == pytest.approx(median_latent_norm(loaded.model, public), rel=1e-5)
 
