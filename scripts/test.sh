@@ -9,7 +9,7 @@ echo "ruff check ."
 echo "mypy (strict on fl_contract and server_app)"
 "$root/.venv/bin/mypy"
 # --quick: the everyday tier, every test but the whole-federation fault and network scenarios (marker `faults`,
-# pyproject.toml); CI runs them all. The suite's times: the README, "Running the tests".
+# pyproject.toml); CI runs them all. What each takes: the README, section "Tests".
 quick=()
 if [ "${1:-}" = "--quick" ]; then
   shift

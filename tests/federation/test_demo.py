@@ -25,7 +25,7 @@ def _federation_processes(workspace: Path) -> list[psutil.Process]:
     return found
 
 
-def test_demo_summarises_the_data_runs_fedavg_and_fedkt_csd_against_its_references_and_cleans_up(tmp_path):
+def test_demo_summarises_the_data_runs_fedavg_and_fedkt_csd_and_cleans_up(tmp_path):
     workspace = tmp_path / "demo"
     fl_demo = Path(sys.executable).with_name("fl-demo")
 
