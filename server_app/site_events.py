@@ -71,10 +71,11 @@ def last_event_by_site(run_dir: Path, since: float = 0.0) -> dict[str, SiteEvent
     return latest
 
 
-def rejoined_since(run_dir: Path, sites: Iterable[str], since: float) -> set[str]:
-    """The `sites` whose latest event is their job started again (REJOINED), at or after `since` (wall clock)."""
+def latest_of_kind(run_dir: Path, sites: Iterable[str], kind: str, since: float = 0.0) -> set[str]:
+    """The `sites` whose latest event at or after `since` (wall clock) is of `kind` (e.g. RETURNED: being deployed
+    the job again; REJOINED: their job started again)."""
     events = last_event_by_site(run_dir, since)
-    return {site for site in sites if site in events and events[site].kind == REJOINED}
+    return {site for site in sites if site in events and events[site].kind == kind}
 
 
 def describe(event: SiteEvent) -> str:

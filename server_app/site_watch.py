@@ -23,7 +23,7 @@ from nvflare.widgets.info_collector import GroupInfoCollector, InfoCollector
 
 from server_app.progress import PROGRESS_STATS
 from server_app.rejoin import accept_returning_sites
-from server_app.site_events import REJOINED, RETURNED, describe, last_event_by_site, rejoined_since
+from server_app.site_events import REJOINED, RETURNED, describe, last_event_by_site, latest_of_kind
 
 LATE_SITE_WAIT_S = 600
 """Seconds a task waits for the other sites once `min_clients` answered (a site FLARE deems dead ends it sooner)."""
@@ -95,13 +95,12 @@ class SiteAwareController(ModelController):
         deploying to them again right now (`server_app.rejoin`): gone from the job, but on their way back. FLARE
         may take such a site off its dead-site watch list before its job process runs there (when the job's server
         process takes the site's new token), so a workflow asks this rather than FLARE whether to wait for it."""
-        events = last_event_by_site(Path(self.get_app_dir()).parent, self._started_at)
-        return {site for site in sites if site in events and events[site].kind == RETURNED}
+        return latest_of_kind(Path(self.get_app_dir()).parent, sites, RETURNED, self._started_at)
 
     def sites_rejoined_since(self, sites: Iterable[str], since: float) -> set[str]:
         """The `sites` whose job the server's main process started again at or after `since` (wall clock): back in
         the job, though a task sent before then never reached their new job process."""
-        return rejoined_since(Path(self.get_app_dir()).parent, sites, max(since, self._started_at))
+        return latest_of_kind(Path(self.get_app_dir()).parent, sites, REJOINED, max(since, self._started_at))
 
     def stop_cause(self, where: str, outcomes: dict[str, str], min_clients: int) -> tuple[str, str] | None:
         """Whether the run is being stopped, and by whom, in the words results.json records: None while it goes on;

@@ -25,7 +25,7 @@ from server_app.site_events import (
     append_event,
     describe,
     last_event_by_site,
-    rejoined_since,
+    latest_of_kind,
 )
 
 CONFIG = {"workflow": "fedavg", "num_rounds": 5, "seed": 0}
@@ -115,5 +115,6 @@ def test_a_site_started_again_after_a_round_was_sent_is_back_for_that_round(tmp_
     append_event(tmp_path, "site-3", RETURNED, "registered again")
     append_event(tmp_path, "site-3", REJOINED, "its job was deployed and started again 3.8 s after it registered")
 
-    assert rejoined_since(tmp_path, ["site-1", "site-2", "site-3"], sent_at) == {"site-3"}
-    assert rejoined_since(tmp_path, ["site-1", "site-2"], 0.0) == {"site-1"}
+    assert latest_of_kind(tmp_path, ["site-1", "site-2", "site-3"], REJOINED, sent_at) == {"site-3"}
+    assert latest_of_kind(tmp_path, ["site-1", "site-2"], REJOINED) == {"site-1"}
+    assert latest_of_kind(tmp_path, ["site-1", "site-2", "site-3"], RETURNED) == {"site-2"}
